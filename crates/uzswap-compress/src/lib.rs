@@ -1,0 +1,27 @@
+//! Page compressors and the batch compression engine.
+//!
+//! This crate owns the `Compressor` trait and its backends (lz4, zstd, lzo,
+//! deflate), selected by name at run time, and the `BatchEngine` that runs many
+//! page compressions at once on parallel workers (seed 002). It knows nothing
+//! about pools, trees or swap devices: the layers above hand it bytes.
+//!
+//! Locking: a `Compressor` is shared (`Send + Sync`) and stateless; the mutable
+//! state of an algorithm (zstd's CCtx, libdeflate's compressor, lzo's work
+//! memory) lives in a `CompressCtx`, which one thread owns at a time, like the
+//! kernel's per-CPU `acomp_ctx`.
+
+pub mod batch;
+pub mod compressor;
+mod deflate;
+mod lz4;
+mod lzo;
+mod zstd;
+
+pub use batch::{BatchEngine, BatchError, EngineConfig, MAX_BATCH};
+pub use compressor::{
+    by_name, names, CompressCtx, CompressError, Compressor, CompressorId, DecompressError,
+    UnknownCompressor,
+};
+
+/// The page size every layer of uzswap works in.
+pub const PAGE_SIZE: usize = 4096;

@@ -1,0 +1,1 @@
+//! lzo backend.

@@ -1,0 +1,2 @@
+//! The front end: userfaultfd regions, the fault handler, the evictor, the
+//! budget. (Front-end helper.)
