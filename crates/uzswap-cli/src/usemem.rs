@@ -31,6 +31,13 @@ impl Backend {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    Seq,
+    Skew,
+}
+
 /// Parse a size with an optional K/M/G suffix (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
@@ -79,6 +86,10 @@ pub struct Args {
     pub folio: u64,
     #[arg(long, value_enum, default_value = "uzswap")]
     pub backend: Backend,
+    /// Read passes' access order: `seq` reads every page in order; `skew`
+    /// reads as many pages, 80% of them from a hot 20% of the working set.
+    #[arg(long, value_enum, default_value = "seq")]
+    pub access: Access,
     /// Check every page read against the pattern; any mismatch fails the run.
     #[arg(long)]
     pub verify: bool,
