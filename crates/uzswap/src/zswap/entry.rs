@@ -1,0 +1,79 @@
+//! The key of a stored page and the per-page record zswap keeps for it.
+
+use crate::compress::CompressorId;
+use crate::zpool::Handle;
+
+/// The key of a stored page: (region id, page index), packed in a u64 with
+/// the region in the top 24 bits and the page index in the low 40 (4 PiB of
+/// pages per region). Consecutive pages of a region have consecutive keys, so
+/// a folio is a contiguous key range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SwapEntry(pub u64);
+
+impl SwapEntry {
+    pub const INDEX_BITS: u32 = 40;
+    pub const MAX_REGION: u32 = (1 << 24) - 1;
+
+    pub fn new(region: u32, index: u64) -> Self {
+        assert!(
+            region <= Self::MAX_REGION,
+            "region id {region} out of range"
+        );
+        assert!(
+            index < 1 << Self::INDEX_BITS,
+            "page index {index} out of range"
+        );
+        SwapEntry(((region as u64) << Self::INDEX_BITS) | index)
+    }
+    pub fn region(self) -> u32 {
+        (self.0 >> Self::INDEX_BITS) as u32
+    }
+    pub fn index(self) -> u64 {
+        self.0 & ((1 << Self::INDEX_BITS) - 1)
+    }
+    /// The entry `n` pages after this one (same region).
+    pub fn offset(self, n: u64) -> Self {
+        debug_assert!(self.index() + n < 1 << Self::INDEX_BITS);
+        SwapEntry(self.0 + n)
+    }
+}
+
+/// Where a stored page's content is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Payload {
+    /// Every 8-byte word of the page holds this value (zero pages included):
+    /// no pool object, no compression (seed 004).
+    SameFilled(u64),
+    /// A pool object holding the page compressed by `comp` (`None`: stored
+    /// as is, because it compressed poorly).
+    Pool {
+        handle: Handle,
+        len: u16,
+        comp: Option<CompressorId>,
+    },
+}
+
+/// The per-page record (kernel: struct zswap_entry).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ZswapEntry {
+    pub payload: Payload,
+    /// crc32c of the key followed by the pool object's bytes; binding the key
+    /// in catches an entry that points at another page's object.
+    pub crc: u32,
+    /// Set when stored, cleared by the shrinker's first pass (second chance).
+    pub referenced: bool,
+}
+
+impl ZswapEntry {
+    pub fn handle(&self) -> Option<Handle> {
+        match self.payload {
+            Payload::Pool { handle, .. } => Some(handle),
+            Payload::SameFilled(_) => None,
+        }
+    }
+}
+
+/// The checksum stored with a pool object.
+pub(crate) fn checksum(key: SwapEntry, object: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&key.0.to_le_bytes()), object)
+}

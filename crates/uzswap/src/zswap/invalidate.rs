@@ -1,0 +1,86 @@
+//! invalidate: drop stored pages (kernel: zswap_invalidate), e.g. when the
+//! owner frees or overwrites the memory.
+
+use super::entry::SwapEntry;
+use super::stats::Counters;
+use super::Zswap;
+use crate::MAX_ORDER;
+
+impl Zswap {
+    /// Drop one page; true if it was stored.
+    pub fn invalidate(&self, entry: SwapEntry) -> bool {
+        let old = self.tree.lock(entry, 1).remove(entry);
+        match old {
+            Some(e) => {
+                self.account_remove(&e);
+                self.release(&e);
+                Counters::add(&self.counters.invalidated_pages, 1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drop `npages` pages from `first`; returns how many were stored.
+    pub fn invalidate_range(&self, first: SwapEntry, npages: u64) -> u64 {
+        let group = 1u64 << MAX_ORDER;
+        let mut removed = Vec::new();
+        let mut k = first.index();
+        let end = first.index() + npages;
+        while k < end {
+            // One shard lock per 2 MiB group.
+            let stop = ((k / group) + 1) * group;
+            let stop = stop.min(end);
+            let start = SwapEntry::new(first.region(), k);
+            let mut shard = self.tree.lock(start, stop - k);
+            for i in 0..stop - k {
+                if let Some(e) = shard.remove(start.offset(i)) {
+                    removed.push(e);
+                }
+            }
+            drop(shard);
+            k = stop;
+        }
+        for e in &removed {
+            self.account_remove(e);
+            self.release(e);
+        }
+        Counters::add(&self.counters.invalidated_pages, removed.len() as u64);
+        removed.len() as u64
+    }
+
+    /// Drop every page of a region (the region is going away).
+    pub fn invalidate_region(&self, region: u32) -> u64 {
+        let mut removed = Vec::new();
+        self.tree.for_each_shard(|shard| {
+            shard.drain_matching(|k| k.region() == region, |_, e| removed.push(e));
+        });
+        for e in &removed {
+            self.account_remove(e);
+            self.release(e);
+        }
+        Counters::add(&self.counters.invalidated_pages, removed.len() as u64);
+        removed.len() as u64
+    }
+
+    /// Is `entry` stored?
+    pub fn contains(&self, entry: SwapEntry) -> bool {
+        self.tree.lock(entry, 1).get(entry).is_some()
+    }
+}
+
+impl Drop for Zswap {
+    fn drop(&mut self) {
+        // Free every pool object; the pool then unmaps its spans.
+        self.tree.for_each_shard(|shard| {
+            shard.drain_matching(
+                |_| true,
+                |_, e| {
+                    if let Some(h) = e.handle() {
+                        self.pool.free(h);
+                    }
+                },
+            );
+        });
+    }
+}

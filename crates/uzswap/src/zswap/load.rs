@@ -1,0 +1,203 @@
+//! load: bring a page or folio back (kernel: zswap_load).
+//!
+//! Exclusive loads (the default) take the entries out of the tree under the
+//! shard lock and decompress after dropping it: the caller now owns the only
+//! copy, so nothing can free the objects under us. If any page fails to
+//! verify or decompress, every entry goes back into the tree: a corrupt page
+//! keeps failing loudly instead of reading as never stored (zero).
+//! Keep-copy loads decompress under the shard lock so a concurrent invalidate
+//! cannot free an object mid-read.
+
+use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
+use super::same_filled;
+use super::stats::Counters;
+use super::{folio_bytes, LoadError, LoadMode, Zswap};
+use crate::compress::{self, CompressCtx};
+use crate::{MAX_ORDER, PAGE_SIZE};
+use std::sync::OnceLock;
+
+/// Folios up to this many pages are decompressed on the calling thread: below
+/// it, handing work to another CPU costs more than it saves (a cross-CPU
+/// wake-up is 15-100 us on small VMs; a page decompresses in 1-3 us).
+const INLINE_PAGES: usize = 16;
+
+impl Zswap {
+    /// Load one page into `out` (PAGE_SIZE bytes).
+    pub fn load(&self, entry: SwapEntry, out: &mut [u8], mode: LoadMode) -> Result<(), LoadError> {
+        self.load_folio(entry, 0, out, mode)
+    }
+
+    /// Load with the instance's default mode.
+    pub fn load_default(&self, entry: SwapEntry, out: &mut [u8]) -> Result<(), LoadError> {
+        self.load(entry, out, self.cfg.default_load)
+    }
+
+    /// Load a whole folio. Fails with `NotFound` (and changes nothing) unless
+    /// every page of it is stored.
+    pub fn load_folio(
+        &self,
+        first: SwapEntry,
+        order: u32,
+        out: &mut [u8],
+        mode: LoadMode,
+    ) -> Result<(), LoadError> {
+        if order > MAX_ORDER {
+            return Err(LoadError::BadOrder(order));
+        }
+        if out.len() != folio_bytes(order) {
+            return Err(LoadError::BadSize {
+                got: out.len(),
+                expected: folio_bytes(order),
+            });
+        }
+        let n = 1usize << order;
+        match mode {
+            LoadMode::Exclusive => {
+                let entries = {
+                    let mut shard = self.tree.lock(first, n as u64);
+                    if let Some(missing) = (0..n as u64)
+                        .map(|i| first.offset(i))
+                        .find(|&k| shard.get(k).is_none())
+                    {
+                        return Err(LoadError::NotFound(missing));
+                    }
+                    (0..n as u64)
+                        .map(|i| shard.remove(first.offset(i)).unwrap())
+                        .collect::<Vec<_>>()
+                };
+                match self.decompress_all(first, &entries, out) {
+                    Ok(()) => {
+                        for e in &entries {
+                            self.account_remove(e);
+                            self.release(e);
+                        }
+                    }
+                    Err(err) => {
+                        // Put every entry back unless a store raced in.
+                        let mut shard = self.tree.lock(first, n as u64);
+                        let mut lost_race = Vec::new();
+                        for (i, e) in entries.iter().enumerate() {
+                            let k = first.offset(i as u64);
+                            if shard.get(k).is_none() {
+                                shard.insert(k, *e);
+                            } else {
+                                lost_race.push(*e);
+                            }
+                        }
+                        drop(shard);
+                        for e in &lost_race {
+                            self.account_remove(e);
+                            self.release(e);
+                        }
+                        return Err(err);
+                    }
+                }
+            }
+            LoadMode::KeepCopy => {
+                let mut shard = self.tree.lock(first, n as u64);
+                let mut entries = Vec::with_capacity(n);
+                for i in 0..n as u64 {
+                    match shard.get_mut(first.offset(i)) {
+                        Some(e) => {
+                            e.referenced = true;
+                            entries.push(*e);
+                        }
+                        None => return Err(LoadError::NotFound(first.offset(i))),
+                    }
+                }
+                self.decompress_all(first, &entries, out)?;
+            }
+        }
+        Counters::add(&self.counters.zswpin, n as u64);
+        if order > 0 {
+            Counters::add(&self.counters.order_zswpin[order as usize], 1);
+        }
+        Ok(())
+    }
+
+    fn decompress_all(
+        &self,
+        first: SwapEntry,
+        entries: &[ZswapEntry],
+        out: &mut [u8],
+    ) -> Result<(), LoadError> {
+        let n = entries.len();
+        if n <= INLINE_PAGES {
+            return self.engine.with_ctx(|ctx| {
+                for (i, (e, page)) in entries
+                    .iter()
+                    .zip(out.chunks_exact_mut(PAGE_SIZE))
+                    .enumerate()
+                {
+                    self.decompress_one(first.offset(i as u64), e, page, ctx)?;
+                }
+                Ok(())
+            });
+        }
+        // Large folio: decompress in parallel. Each index writes only its own
+        // page; the pages are handed out through a shared base pointer.
+        let base = SendPtr(out.as_mut_ptr());
+        let errors: Vec<OnceLock<LoadError>> = (0..n).map(|_| OnceLock::new()).collect();
+        self.engine.for_each(n, |i, ctx| {
+            let base = &base;
+            // SAFETY: `out` is n * PAGE_SIZE bytes, exclusively borrowed for
+            // this call, and for_each calls each i in 0..n exactly once and
+            // returns only after every call has returned, so these page
+            // slices are disjoint and live.
+            let page =
+                unsafe { std::slice::from_raw_parts_mut(base.0.add(i * PAGE_SIZE), PAGE_SIZE) };
+            if let Err(e) = self.decompress_one(first.offset(i as u64), &entries[i], page, ctx) {
+                let _ = errors[i].set(e);
+            }
+        });
+        match errors.into_iter().find_map(|e| e.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn decompress_one(
+        &self,
+        key: SwapEntry,
+        e: &ZswapEntry,
+        page: &mut [u8],
+        ctx: &mut dyn CompressCtx,
+    ) -> Result<(), LoadError> {
+        match e.payload {
+            Payload::SameFilled(v) => {
+                same_filled::fill(page, v);
+                Ok(())
+            }
+            Payload::Pool { handle, comp, .. } => self.pool.read(handle, |obj| {
+                if checksum(key, obj) != e.crc {
+                    Counters::add(&self.counters.checksum_fail, 1);
+                    return Err(LoadError::Checksum(key));
+                }
+                let r = match comp {
+                    None if obj.len() == PAGE_SIZE => {
+                        page.copy_from_slice(obj);
+                        Ok(())
+                    }
+                    None => Err(format!("raw object is {} bytes", obj.len())),
+                    Some(id) if id == self.engine.compressor().id() => {
+                        ctx.decompress(obj, page).map_err(|e| e.to_string())
+                    }
+                    // Written by another compressor (the setting changed).
+                    Some(id) => compress::by_id(id)
+                        .new_ctx()
+                        .decompress(obj, page)
+                        .map_err(|e| e.to_string()),
+                };
+                r.map_err(|msg| {
+                    Counters::add(&self.counters.decompress_fail, 1);
+                    LoadError::Decompress(key, msg)
+                })
+            }),
+        }
+    }
+}
+
+struct SendPtr(*mut u8);
+// SAFETY: used only to hand disjoint pages of one exclusively borrowed buffer
+// to engine workers for the duration of a for_each call (see decompress_all).
+unsafe impl Sync for SendPtr {}

@@ -1,0 +1,129 @@
+//! zswap counters, named as the kernel's (vmstat: zswpout, zswpin, zswpwb;
+//! debugfs: stored_pages, same_filled_pages, pool_total_size, pool_limit_hit,
+//! reject_*; per-order sysfs: hugepages-<N>kB/stats/zswpout).
+
+use crate::MAX_ORDER;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub zswpout: AtomicU64,
+    pub zswpin: AtomicU64,
+    pub zswpwb: AtomicU64,
+    pub same_filled_pages: AtomicU64,
+    pub incompressible_pages: AtomicU64,
+    pub compressed_bytes: AtomicU64,
+    pub pool_limit_hit: AtomicU64,
+    pub reject_compress_poor: AtomicU64,
+    pub reject_compress_fail: AtomicU64,
+    pub reject_alloc_fail: AtomicU64,
+    pub reject_reclaim_fail: AtomicU64,
+    pub decompress_fail: AtomicU64,
+    pub checksum_fail: AtomicU64,
+    pub invalidated_pages: AtomicU64,
+    /// Per order: folios stored, folios loaded, folio stores that failed.
+    pub order_zswpout: [AtomicU64; MAX_ORDER as usize + 1],
+    pub order_zswpin: [AtomicU64; MAX_ORDER as usize + 1],
+    pub order_store_fail: [AtomicU64; MAX_ORDER as usize + 1],
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+}
+
+/// Per-order folio figures (`hugepages-<N>kB` in sysfs).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct OrderStats {
+    /// Folios of this order stored whole.
+    pub zswpout: u64,
+    /// Folios of this order loaded whole.
+    pub zswpin: u64,
+    /// Folio stores of this order refused (the folio stayed with the caller).
+    pub store_fail: u64,
+}
+
+/// A snapshot of an instance's figures.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ZswapStats {
+    /// Pages stored (vmstat zswpout).
+    pub zswpout: u64,
+    /// Pages loaded (vmstat zswpin).
+    pub zswpin: u64,
+    /// Pages written back to the swap device (vmstat zswpwb).
+    pub zswpwb: u64,
+    /// Entries stored now.
+    pub stored_pages: u64,
+    pub same_filled_pages: u64,
+    /// Pages kept uncompressed because they compressed poorly.
+    pub incompressible_pages: u64,
+    /// Sum of the compressed lengths of stored objects.
+    pub compressed_bytes: u64,
+    /// Bytes of memory the pool occupies.
+    pub pool_total_size: u64,
+    pub max_pool_bytes: u64,
+    pub pool_limit_hit: u64,
+    pub reject_compress_poor: u64,
+    pub reject_compress_fail: u64,
+    pub reject_alloc_fail: u64,
+    pub reject_reclaim_fail: u64,
+    pub decompress_fail: u64,
+    pub checksum_fail: u64,
+    pub invalidated_pages: u64,
+    /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
+    pub mthp: BTreeMap<String, OrderStats>,
+}
+
+impl ZswapStats {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("stats serialise")
+    }
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> ZswapStats {
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        let mut mthp = BTreeMap::new();
+        for order in 1..=MAX_ORDER as usize {
+            let o = OrderStats {
+                zswpout: g(&self.order_zswpout[order]),
+                zswpin: g(&self.order_zswpin[order]),
+                store_fail: g(&self.order_store_fail[order]),
+            };
+            if o != OrderStats::default() {
+                mthp.insert(format!("hugepages-{}kB", 4usize << order), o);
+            }
+        }
+        ZswapStats {
+            zswpout: g(&self.zswpout),
+            zswpin: g(&self.zswpin),
+            zswpwb: g(&self.zswpwb),
+            same_filled_pages: g(&self.same_filled_pages),
+            incompressible_pages: g(&self.incompressible_pages),
+            compressed_bytes: g(&self.compressed_bytes),
+            pool_limit_hit: g(&self.pool_limit_hit),
+            reject_compress_poor: g(&self.reject_compress_poor),
+            reject_compress_fail: g(&self.reject_compress_fail),
+            reject_alloc_fail: g(&self.reject_alloc_fail),
+            reject_reclaim_fail: g(&self.reject_reclaim_fail),
+            decompress_fail: g(&self.decompress_fail),
+            checksum_fail: g(&self.checksum_fail),
+            invalidated_pages: g(&self.invalidated_pages),
+            mthp,
+            ..Default::default()
+        }
+    }
+}
+
+impl super::Zswap {
+    pub fn stats(&self) -> ZswapStats {
+        let mut s = self.counters.snapshot();
+        s.stored_pages = self.tree.len();
+        s.pool_total_size = self.pool.total_size();
+        s.max_pool_bytes = self.limit.max();
+        s
+    }
+}

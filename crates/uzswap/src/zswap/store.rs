@@ -1,0 +1,212 @@
+//! store: put a page or a whole folio into the cache (kernel: zswap_store).
+//!
+//! A folio is stored all-or-nothing (seed 000): its pages are compressed in
+//! parallel on the batch engine (seed 002), each worker also allocating its
+//! page's pool object, with no tree lock held; only when every page has
+//! succeeded are the entries inserted, under one shard lock. If any page fails,
+//! the objects already allocated for the folio are freed, stale entries of the
+//! folio's keys are invalidated (the caller keeps the newer data), and the
+//! error says why.
+
+use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
+use super::same_filled::same_filled_value;
+use super::stats::Counters;
+use super::{folio_bytes, StoreError, Zswap};
+use crate::{MAX_ORDER, PAGE_SIZE};
+use std::sync::OnceLock;
+
+/// Scratch for one compression: the worst case of every backend for a page.
+const SCRATCH: usize = 2 * PAGE_SIZE;
+
+impl Zswap {
+    /// Store one page. Replaces what `entry` held before.
+    pub fn store(&self, entry: SwapEntry, page: &[u8]) -> Result<(), StoreError> {
+        self.store_folio(entry, 0, page)
+    }
+
+    /// Store a folio of `2^order` pages starting at `first` (naturally
+    /// aligned), all or nothing.
+    pub fn store_folio(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<(), StoreError> {
+        if order > MAX_ORDER {
+            return Err(StoreError::BadOrder(order));
+        }
+        if data.len() != folio_bytes(order) {
+            return Err(StoreError::BadSize {
+                got: data.len(),
+                expected: folio_bytes(order),
+                order,
+            });
+        }
+        let n = 1u64 << order;
+        if first.index() % n != 0 {
+            return Err(StoreError::Misaligned {
+                index: first.index(),
+                order,
+            });
+        }
+        let r = self.store_pages(first, order, data);
+        if r.is_err() {
+            Counters::add(&self.counters.order_store_fail[order as usize], 1);
+            // Kernel zswap_store(): the folio goes elsewhere, so copies of
+            // these pages stored earlier are stale now.
+            self.invalidate_range(first, n);
+        }
+        r
+    }
+
+    fn store_pages(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<(), StoreError> {
+        let n = 1usize << order;
+        // One limit check per folio, before any work (as the kernel does).
+        // The estimate assumes 2:1; the pool may overshoot by one folio.
+        if !self
+            .limit
+            .admit(self.pool.total_size(), (data.len() / 2) as u64)
+        {
+            Counters::add(&self.counters.pool_limit_hit, 1);
+            return Err(StoreError::PoolLimit);
+        }
+
+        let results: Vec<OnceLock<Result<ZswapEntry, StoreError>>> =
+            (0..n).map(|_| OnceLock::new()).collect();
+        let store_one = |i: usize, ctx: &mut dyn crate::compress::CompressCtx| {
+            let page = &data[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+            let r = self.store_one(first.offset(i as u64), page, ctx);
+            let _ = results[i].set(r);
+        };
+        if n == 1 {
+            self.engine.with_ctx(|ctx| store_one(0, ctx));
+        } else {
+            self.engine.for_each(n, store_one);
+        }
+
+        let mut entries = Vec::with_capacity(n);
+        let mut failure = None;
+        for r in results
+            .into_iter()
+            .map(|c| c.into_inner().expect("every page visited"))
+        {
+            match r {
+                Ok(e) => entries.push(e),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(err) = failure {
+            for e in &entries {
+                self.release(e);
+            }
+            return Err(err);
+        }
+
+        let mut replaced = Vec::new();
+        {
+            let mut shard = self.tree.lock(first, n as u64);
+            for (i, e) in entries.iter().enumerate() {
+                if let Some(old) = shard.insert(first.offset(i as u64), *e) {
+                    replaced.push(old);
+                }
+            }
+        }
+        for old in &replaced {
+            self.account_remove(old);
+            self.release(old);
+        }
+        for e in &entries {
+            self.account_add(e);
+        }
+        Counters::add(&self.counters.zswpout, n as u64);
+        if order > 0 {
+            Counters::add(&self.counters.order_zswpout[order as usize], 1);
+        }
+        Ok(())
+    }
+
+    /// Same-filled check, compression, pool allocation for one page. Runs on
+    /// an engine worker. On error nothing is left allocated.
+    fn store_one(
+        &self,
+        key: SwapEntry,
+        page: &[u8],
+        ctx: &mut dyn crate::compress::CompressCtx,
+    ) -> Result<ZswapEntry, StoreError> {
+        if let Some(v) = same_filled_value(page) {
+            if v == 0 || self.cfg.same_filled_nonzero {
+                return Ok(ZswapEntry {
+                    payload: Payload::SameFilled(v),
+                    crc: 0,
+                    referenced: true,
+                });
+            }
+        }
+        let mut buf = [0u8; SCRATCH];
+        let len = match ctx.compress(page, &mut buf) {
+            Ok(len) => len,
+            Err(e) => {
+                Counters::add(&self.counters.reject_compress_fail, 1);
+                return Err(StoreError::CompressFail(e.to_string()));
+            }
+        };
+        let poor = len * 100 > PAGE_SIZE * self.cfg.max_compressed_percent as usize;
+        let (object, comp) = if poor {
+            Counters::add(&self.counters.reject_compress_poor, 1);
+            if !self.cfg.store_incompressible {
+                return Err(StoreError::CompressPoor);
+            }
+            (page, None)
+        } else {
+            (&buf[..len], Some(self.engine.compressor().id()))
+        };
+        let handle = self.pool.store(object).map_err(|_| {
+            Counters::add(&self.counters.reject_alloc_fail, 1);
+            StoreError::AllocFail
+        })?;
+        Ok(ZswapEntry {
+            payload: Payload::Pool {
+                handle,
+                len: object.len() as u16,
+                comp,
+            },
+            crc: checksum(key, object),
+            referenced: true,
+        })
+    }
+
+    /// Gauges that follow the stored set.
+    pub(super) fn account_add(&self, e: &ZswapEntry) {
+        let c = &self.counters;
+        match e.payload {
+            Payload::SameFilled(_) => Counters::add(&c.same_filled_pages, 1),
+            Payload::Pool { len, comp, .. } => {
+                Counters::add(&c.compressed_bytes, len as u64);
+                if comp.is_none() {
+                    Counters::add(&c.incompressible_pages, 1);
+                }
+            }
+        }
+    }
+
+    /// Free what an entry that left the tree held, and undo its gauges.
+    /// (Entries that never entered the tree only own their pool object.)
+    pub(super) fn release(&self, e: &ZswapEntry) {
+        if let Some(h) = e.handle() {
+            self.pool.free(h);
+        }
+    }
+
+    pub(super) fn account_remove(&self, e: &ZswapEntry) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.counters;
+        match e.payload {
+            Payload::SameFilled(_) => {
+                c.same_filled_pages.fetch_sub(1, Relaxed);
+            }
+            Payload::Pool { len, comp, .. } => {
+                c.compressed_bytes.fetch_sub(len as u64, Relaxed);
+                if comp.is_none() {
+                    c.incompressible_pages.fetch_sub(1, Relaxed);
+                }
+            }
+        }
+    }
+}
