@@ -1,15 +1,73 @@
 //! The batch compression engine (seed 002): one API that runs many page
 //! compressions at once on parallel workers, batch size 1..=32.
+//!
+//! What it owns: `workers - 1` helper threads (the submitting thread is the
+//! remaining worker: it always compresses too), a queue of published
+//! batches, and a pool of compression contexts for callers' own threads.
+//!
+//! Batch semantics. `for_each(n, f)` cuts `0..n` into consecutive batches of
+//! `batch_size` items and runs them one after another. A batch of one item
+//! runs inline on the calling thread: batch size 1 is exactly the kernel's
+//! zswap today, which compresses the pages of a folio one by one on the
+//! reclaiming CPU, with no hand-off and no wake-up. A larger batch is
+//! published to the helpers; every worker (the caller included) claims
+//! items one at a time from the batch's atomic cursor until none is left,
+//! and the caller returns to submit the next batch once every item of this
+//! one has completed — as the seed's hardware compresses a batch of pages in
+//! parallel and the store path waits for the batch.
+//!
+//! Wake-ups. Waking a parked thread on another CPU costs 15-100 µs on a VM,
+//! as much as compressing several pages. So nobody parks straight away: a
+//! helper that finds no work spins (`HELPER_SPIN`) watching the submission
+//! counter before it sleeps on the condvar, which catches the next batch of
+//! a streaming store; the caller waiting for the last items of its batch
+//! spins (`OWNER_SPIN`) before it parks. A submitter notifies the condvar
+//! only when some helper is actually asleep.
+//!
+//! Per-batch state machine (`Job`): published (in the queue, cursor <
+//! end) -> exhausted (cursor >= end: every item claimed; helpers drop it
+//! from the queue when they see it) -> complete (`pending == 0`: every
+//! claimed item has returned; the owner may return). `f` is called only
+//! for a successfully claimed item, so only between publish and complete.
+//!
+//! Locking: `Shared::queue` (a mutex, with the `sleepers` count and the
+//! condvar) is a leaf lock held only to push, peek or pop a job; `f` never
+//! runs under it. Context-pool slot mutexes are leaves too, held only to pop
+//! or push a context. The two are never held together.
 
-use crate::{CompressCtx, Compressor};
-use std::sync::Arc;
+use crate::{CompressCtx, CompressError, Compressor};
+use parking_lot::{Condvar, Mutex};
+use std::any::Any;
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
 
 /// The largest batch the engine accepts (seed 002: vm.compress-batchsize).
 pub const MAX_BATCH: usize = 32;
 
+/// More workers than this is a configuration mistake, not a machine.
+const MAX_WORKERS: usize = 1024;
+
+/// Scratch for one page's compressed output in `compress_batch`.
+const STACK_BUF: usize = 2 * crate::PAGE_SIZE + 256;
+
+/// How long an idle helper watches for the next batch before it sleeps.
+/// Longer than the gap between two batches of one streaming store (a few
+/// µs), shorter than the time a sleeping thread would steal from others.
+const HELPER_SPIN: Duration = Duration::from_micros(50);
+
+/// How long a submitter waits actively for the last items of its batch
+/// (other workers' in-flight pages) before parking: about one zstd page.
+const OWNER_SPIN: Duration = Duration::from_micros(100);
+
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// Worker threads; 0 means one per online CPU.
+    /// Threads that compress, counting the submitting thread (so `1` means
+    /// no helper thread at all); 0 means one per online CPU.
     pub workers: usize,
     /// Pages per batch, 1..=MAX_BATCH.
     pub batch_size: usize,
@@ -17,7 +75,10 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { workers: 0, batch_size: MAX_BATCH }
+        EngineConfig {
+            workers: 0,
+            batch_size: MAX_BATCH,
+        }
     }
 }
 
@@ -29,15 +90,230 @@ pub enum BatchError {
     Workers(usize),
 }
 
+/// The item function of one `for_each` call, lifetime erased (see `Job`).
+type ItemFn<'a> = dyn Fn(usize, &mut dyn CompressCtx) + Sync + 'a;
+
+/// One published batch: items `next..end` of a `for_each` call.
+struct Job {
+    /// The caller's `f`. Its real lifetime is that of the `for_each` call
+    /// that published this job; see the SAFETY comment in `run_batch`.
+    f: *const ItemFn<'static>,
+    end: usize,
+    /// The next unclaimed item; claims overshoot `end` harmlessly.
+    next: AtomicUsize,
+    /// Claimed-or-unclaimed items not yet completed.
+    pending: AtomicUsize,
+    /// The submitting thread, unparked by whoever completes the last item.
+    owner: Thread,
+    /// The first panic of an item, re-raised on the owner.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+// SAFETY: `f` points to a `Sync` closure, so calling it through a shared
+// reference from several threads is allowed; it is dereferenced only while
+// the owner keeps it alive (see `run_batch`). The other fields are Sync.
+unsafe impl Send for Job {}
+// SAFETY: as above.
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Claim and run items until none is left. Returns after the last call
+    /// of `f` this thread makes.
+    fn work(&self, ctx: &mut dyn CompressCtx, is_owner: bool) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.end {
+                return;
+            }
+            // SAFETY: item `i < end` was claimed by this thread and has not
+            // completed (`pending` still counts it), so the owner is still
+            // inside `run_batch` waiting, and `f` is alive.
+            let f = unsafe { &*self.f };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i, ctx))) {
+                self.panic.lock().get_or_insert(p);
+            }
+            // Release: the item's effects happen-before the owner's Acquire
+            // load that sees the count reach zero.
+            if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 && !is_owner {
+                self.owner.unpark();
+            }
+        }
+    }
+
+    fn exhausted(&self) -> bool {
+        self.next.load(Ordering::Relaxed) >= self.end
+    }
+}
+
+/// What the helpers share with the engine.
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    /// Bumped (under the queue lock) on every publish; spinners watch it.
+    submitted: AtomicU64,
+    shutdown: AtomicBool,
+}
+
+struct Queue {
+    jobs: VecDeque<Arc<Job>>,
+    sleepers: usize,
+}
+
+impl Shared {
+    /// The oldest job with unclaimed items, dropping exhausted ones.
+    fn find_job(&self) -> Option<Arc<Job>> {
+        let mut q = self.queue.lock();
+        while let Some(j) = q.jobs.front() {
+            if !j.exhausted() {
+                return Some(j.clone());
+            }
+            q.jobs.pop_front();
+        }
+        None
+    }
+
+    fn publish(&self, job: Arc<Job>) {
+        let sleepers = {
+            let mut q = self.queue.lock();
+            q.jobs.push_back(job);
+            self.submitted.fetch_add(1, Ordering::Release);
+            q.sleepers
+        };
+        if sleepers > 0 {
+            self.wake.notify_all();
+        }
+    }
+}
+
+fn helper_main(shared: Arc<Shared>, compressor: Arc<dyn Compressor>) {
+    let mut ctx = compressor.new_ctx();
+    loop {
+        if let Some(job) = shared.find_job() {
+            job.work(ctx.as_mut(), false);
+            continue;
+        }
+        let seen = shared.submitted.load(Ordering::Acquire);
+        let t0 = Instant::now();
+        let mut changed = false;
+        while t0.elapsed() < HELPER_SPIN {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+            if shared.submitted.load(Ordering::Acquire) != seen
+                || shared.shutdown.load(Ordering::Relaxed)
+            {
+                changed = true;
+                break;
+            }
+        }
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        if changed {
+            continue;
+        }
+        let mut q = shared.queue.lock();
+        q.sleepers += 1;
+        // `submitted` only changes under this lock, so a publish either
+        // happened before this check or will see `sleepers > 0` and notify.
+        while shared.submitted.load(Ordering::Acquire) == seen
+            && !shared.shutdown.load(Ordering::Relaxed)
+        {
+            shared.wake.wait(&mut q);
+        }
+        q.sleepers -= 1;
+    }
+}
+
+/// Idle contexts for callers' own threads (`with_ctx`, and the caller's
+/// share of `for_each`), spread over slots like the kernel's per-CPU
+/// acomp_ctx so that threads rarely meet on one slot's mutex.
+struct CtxPool {
+    slots: Box<[CtxSlot]>,
+}
+
+type CtxSlot = Mutex<Vec<Box<dyn CompressCtx>>>;
+
+impl CtxPool {
+    fn slot(&self) -> &CtxSlot {
+        thread_local! {
+            static SLOT_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+        }
+        static NEXT_HINT: AtomicUsize = AtomicUsize::new(0);
+        let hint = SLOT_HINT.with(|h| {
+            if h.get() == usize::MAX {
+                h.set(NEXT_HINT.fetch_add(1, Ordering::Relaxed));
+            }
+            h.get()
+        });
+        &self.slots[hint % self.slots.len()]
+    }
+}
+
 /// Parallel compression engine. `Send + Sync`; many callers may submit at once.
 pub struct BatchEngine {
     compressor: Arc<dyn Compressor>,
+    batch_size: usize,
+    workers: usize,
+    shared: Arc<Shared>,
+    helpers: Vec<JoinHandle<()>>,
+    pool: CtxPool,
+}
+
+fn online_cpus() -> usize {
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 impl BatchEngine {
     pub fn new(compressor: Arc<dyn Compressor>, cfg: EngineConfig) -> Result<Self, BatchError> {
-        let _ = cfg;
-        Ok(BatchEngine { compressor })
+        if !(1..=MAX_BATCH).contains(&cfg.batch_size) {
+            return Err(BatchError::BatchSize(cfg.batch_size));
+        }
+        let workers = if cfg.workers == 0 {
+            online_cpus()
+        } else {
+            cfg.workers
+        };
+        if workers > MAX_WORKERS {
+            return Err(BatchError::Workers(cfg.workers));
+        }
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                sleepers: 0,
+            }),
+            wake: Condvar::new(),
+            submitted: AtomicU64::new(0),
+            shutdown: AtomicBool::new(false),
+        });
+        let mut helpers = Vec::with_capacity(workers - 1);
+        for k in 1..workers {
+            let (s, c) = (shared.clone(), compressor.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("uzswap-comp/{k}"))
+                .spawn(move || helper_main(s, c));
+            match h {
+                Ok(h) => helpers.push(h),
+                Err(_) => {
+                    // Out of threads: give back the ones made, then fail.
+                    stop_helpers(&shared, &mut helpers);
+                    return Err(BatchError::Workers(cfg.workers));
+                }
+            }
+        }
+        let nslots = (2 * online_cpus()).max(4);
+        let pool = CtxPool {
+            slots: (0..nslots).map(|_| Mutex::new(Vec::new())).collect(),
+        };
+        Ok(BatchEngine {
+            compressor,
+            batch_size: cfg.batch_size,
+            workers,
+            shared,
+            helpers,
+            pool,
+        })
     }
 
     pub fn compressor(&self) -> &Arc<dyn Compressor> {
@@ -45,27 +321,142 @@ impl BatchEngine {
     }
 
     pub fn batch_size(&self) -> usize {
-        todo!("compress helper")
+        self.batch_size
     }
 
+    /// Threads that compress, counting the caller.
     pub fn workers(&self) -> usize {
-        todo!("compress helper")
+        self.workers
     }
 
     /// Run `f(i, ctx)` for every `i` in `0..n`, spread over the workers (the
     /// caller participates), `batch_size` items per submitted batch. Returns
-    /// when all `n` calls have returned. `f` must not panic.
+    /// when all `n` calls have returned. `f` must not panic; if it does, the
+    /// other items still run and the first panic is re-raised here after
+    /// every call has returned.
     pub fn for_each<F>(&self, n: usize, f: F)
     where
         F: Fn(usize, &mut dyn CompressCtx) + Sync,
     {
-        let _ = (n, f);
-        todo!("compress helper")
+        if n == 0 {
+            return;
+        }
+        self.with_ctx(|ctx| {
+            let mut start = 0;
+            while start < n {
+                let end = n.min(start + self.batch_size);
+                if end - start == 1 || self.helpers.is_empty() {
+                    for i in start..end {
+                        f(i, &mut *ctx);
+                    }
+                } else {
+                    self.run_batch(start, end, &f, ctx);
+                }
+                start = end;
+            }
+        })
+    }
+
+    /// Publish items `start..end`, work on them, wait for all of them.
+    fn run_batch(&self, start: usize, end: usize, f: &ItemFn<'_>, ctx: &mut dyn CompressCtx) {
+        // SAFETY: this only erases the lifetime of the borrow of `f` so that
+        // the job can sit in the shared queue. The pointer is dereferenced
+        // only by a thread that has claimed an item `< end` and not yet
+        // completed it (`Job::work`), and this function does not return
+        // until `pending` reaches 0, i.e. until every item has been claimed
+        // and completed: after that, `next >= end` forever and no thread can
+        // claim again, so the dangling pointer left in a stale queue entry
+        // (kept alive by its Arc) is never dereferenced. Panics from `f` are
+        // caught inside `work`, so this frame cannot unwind early either.
+        let f: *const ItemFn<'static> =
+            unsafe { std::mem::transmute::<*const ItemFn<'_>, *const ItemFn<'static>>(f) };
+        let job = Arc::new(Job {
+            f,
+            end,
+            next: AtomicUsize::new(start),
+            pending: AtomicUsize::new(end - start),
+            owner: std::thread::current(),
+            panic: Mutex::new(None),
+        });
+        self.shared.publish(job.clone());
+        job.work(ctx, true);
+        if job.pending.load(Ordering::Acquire) != 0 {
+            let t0 = Instant::now();
+            'spin: while t0.elapsed() < OWNER_SPIN {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                    if job.pending.load(Ordering::Acquire) == 0 {
+                        break 'spin;
+                    }
+                }
+            }
+            // A stale unpark token only makes some later park return early;
+            // every park here is in a loop re-checking its condition.
+            while job.pending.load(Ordering::Acquire) != 0 {
+                std::thread::park();
+            }
+        }
+        let p = job.panic.lock().take();
+        if let Some(p) = p {
+            resume_unwind(p);
+        }
     }
 
     /// Borrow a context on the calling thread (for loads and single stores).
+    /// Contexts are pooled: no allocation once the pool has warmed up.
     pub fn with_ctx<R>(&self, f: impl FnOnce(&mut dyn CompressCtx) -> R) -> R {
-        let _ = f;
-        todo!("compress helper")
+        let slot = self.pool.slot();
+        let popped = slot.lock().pop();
+        let mut ctx = popped.unwrap_or_else(|| self.compressor.new_ctx());
+        let r = f(ctx.as_mut());
+        slot.lock().push(ctx);
+        r
+    }
+
+    /// Compress every page, in parallel as `for_each` does. Each result is
+    /// the page's compressed bytes or that page's own error: one page
+    /// failing never fails the others.
+    pub fn compress_batch(&self, pages: &[&[u8]]) -> Vec<Result<Vec<u8>, CompressError>> {
+        let out: Vec<OnceLock<Result<Vec<u8>, CompressError>>> =
+            (0..pages.len()).map(|_| OnceLock::new()).collect();
+        let comp = &self.compressor;
+        self.for_each(pages.len(), |i, ctx| {
+            let src = pages[i];
+            let bound = comp.max_compressed_len(src.len());
+            // Compress into scratch, keep only the compressed length.
+            let r = if bound <= STACK_BUF {
+                let mut buf = [0u8; STACK_BUF];
+                ctx.compress(src, &mut buf[..bound])
+                    .map(|len| buf[..len].to_vec())
+            } else {
+                let mut buf = vec![0u8; bound];
+                ctx.compress(src, &mut buf).map(|len| buf[..len].to_vec())
+            };
+            let _ = out[i].set(r);
+        });
+        out.into_iter()
+            .map(|c| {
+                c.into_inner()
+                    .unwrap_or_else(|| Err(CompressError::Backend("item not run".into())))
+            })
+            .collect()
+    }
+}
+
+fn stop_helpers(shared: &Shared, helpers: &mut Vec<JoinHandle<()>>) {
+    {
+        let _q = shared.queue.lock();
+        shared.shutdown.store(true, Ordering::Relaxed);
+    }
+    shared.wake.notify_all();
+    for h in helpers.drain(..) {
+        // A helper never panics outside `f`, and `f`'s panics are caught.
+        let _ = h.join();
+    }
+}
+
+impl Drop for BatchEngine {
+    fn drop(&mut self) {
+        stop_helpers(&self.shared, &mut self.helpers);
     }
 }

@@ -1,6 +1,6 @@
 //! The `Compressor` trait, its per-thread contexts, and lookup by name.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A stable small id per algorithm, stored in every zswap entry so a load
 /// decompresses with the algorithm that compressed, whatever the instance's
@@ -48,6 +48,14 @@ pub trait Compressor: Send + Sync + 'static {
     fn id(&self) -> CompressorId;
     /// A fresh context for one thread's use.
     fn new_ctx(&self) -> Box<dyn CompressCtx>;
+    /// The compression level, for the algorithms that have one.
+    fn level(&self) -> Option<i32> {
+        None
+    }
+    /// A `dst` length that always suffices to compress `src_len` bytes.
+    fn max_compressed_len(&self, src_len: usize) -> usize {
+        2 * src_len + 64
+    }
 }
 
 /// One thread's compression state.
@@ -68,13 +76,70 @@ pub fn names() -> &'static [&'static str] {
 /// Look a compressor up by name. "zstd" and "deflate" take an optional level
 /// suffix: "zstd:3", "deflate:6".
 pub fn by_name(name: &str) -> Result<Arc<dyn Compressor>, UnknownCompressor> {
-    let _ = name;
-    todo!("compress helper")
+    let unknown = || UnknownCompressor {
+        name: name.to_string(),
+        valid: format!(
+            "{} (zstd:LEVEL with LEVEL {}..={}, deflate:LEVEL with LEVEL {}..={})",
+            names().join(", "),
+            crate::zstd::MIN_LEVEL,
+            crate::zstd::MAX_LEVEL,
+            crate::deflate::MIN_LEVEL,
+            crate::deflate::MAX_LEVEL
+        ),
+    };
+    let (algo, level) = match name.split_once(':') {
+        Some((a, l)) => (a, Some(l.trim().parse::<i32>().map_err(|_| unknown())?)),
+        None => (name, None),
+    };
+    let c: Arc<dyn Compressor> = match (algo.trim(), level) {
+        ("lz4", None) => Arc::new(crate::lz4::Lz4),
+        ("lzo", None) => Arc::new(crate::lzo::Lzo),
+        ("zstd", l) => {
+            let l = l.unwrap_or(crate::zstd::DEFAULT_LEVEL);
+            if !(crate::zstd::MIN_LEVEL..=crate::zstd::MAX_LEVEL).contains(&l) {
+                return Err(unknown());
+            }
+            Arc::new(crate::zstd::Zstd::new(l))
+        }
+        ("deflate", l) => {
+            let l = l.unwrap_or(crate::deflate::DEFAULT_LEVEL);
+            if !(crate::deflate::MIN_LEVEL..=crate::deflate::MAX_LEVEL).contains(&l) {
+                return Err(unknown());
+            }
+            Arc::new(crate::deflate::Deflate::new(l))
+        }
+        _ => return Err(unknown()),
+    };
+    Ok(c)
 }
 
 /// The compressor that wrote an entry, by id (default level where the level
 /// does not matter for decompression).
 pub fn by_id(id: CompressorId) -> Arc<dyn Compressor> {
-    let _ = id;
-    todo!("compress helper")
+    // One shared instance per algorithm: loads look the decompressor up on
+    // every call, so this must not allocate.
+    static BY_ID: OnceLock<[Arc<dyn Compressor>; 4]> = OnceLock::new();
+    let all = BY_ID.get_or_init(|| {
+        [
+            Arc::new(crate::lz4::Lz4),
+            Arc::new(crate::zstd::Zstd::new(crate::zstd::DEFAULT_LEVEL)),
+            Arc::new(crate::lzo::Lzo),
+            Arc::new(crate::deflate::Deflate::new(crate::deflate::DEFAULT_LEVEL)),
+        ]
+    });
+    all[id as usize - 1].clone()
+}
+
+impl CompressorId {
+    /// The id stored in an entry back to the enum; `None` for a byte no
+    /// compressor ever wrote.
+    pub fn from_u8(v: u8) -> Option<CompressorId> {
+        match v {
+            1 => Some(CompressorId::Lz4),
+            2 => Some(CompressorId::Zstd),
+            3 => Some(CompressorId::Lzo),
+            4 => Some(CompressorId::Deflate),
+            _ => None,
+        }
+    }
 }

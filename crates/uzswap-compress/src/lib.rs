@@ -19,7 +19,7 @@ mod zstd;
 
 pub use batch::{BatchEngine, BatchError, EngineConfig, MAX_BATCH};
 pub use compressor::{
-    by_name, names, CompressCtx, CompressError, Compressor, CompressorId, DecompressError,
+    by_id, by_name, names, CompressCtx, CompressError, Compressor, CompressorId, DecompressError,
     UnknownCompressor,
 };
 

@@ -1,0 +1,322 @@
+//! The batch engine: configuration, equivalence with serial compression,
+//! failure isolation, panics, and concurrent callers.
+
+mod common;
+use common::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uzswap_compress::{
+    by_name, BatchEngine, BatchError, CompressCtx, CompressError, Compressor, CompressorId,
+    DecompressError, EngineConfig, MAX_BATCH,
+};
+
+fn engine(name: &str, workers: usize, batch_size: usize) -> BatchEngine {
+    BatchEngine::new(
+        by_name(name).unwrap(),
+        EngineConfig {
+            workers,
+            batch_size,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn engine_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<BatchEngine>();
+}
+
+#[test]
+fn config_is_checked() {
+    let c = by_name("lz4").unwrap();
+    for bad in [0, MAX_BATCH + 1] {
+        let r = BatchEngine::new(
+            c.clone(),
+            EngineConfig {
+                workers: 2,
+                batch_size: bad,
+            },
+        );
+        assert_eq!(r.err(), Some(BatchError::BatchSize(bad)));
+    }
+    let r = BatchEngine::new(
+        c.clone(),
+        EngineConfig {
+            workers: 1 << 20,
+            batch_size: 1,
+        },
+    );
+    assert_eq!(r.err(), Some(BatchError::Workers(1 << 20)));
+    for bs in [1, MAX_BATCH] {
+        let e = BatchEngine::new(
+            c.clone(),
+            EngineConfig {
+                workers: 3,
+                batch_size: bs,
+            },
+        )
+        .unwrap();
+        assert_eq!((e.batch_size(), e.workers()), (bs, 3));
+    }
+    let d = BatchEngine::new(c, EngineConfig::default()).unwrap();
+    assert!(d.workers() >= 1);
+    assert_eq!(d.batch_size(), MAX_BATCH);
+}
+
+fn serial(name: &str, pages: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let c = by_name(name).unwrap();
+    let mut ctx = c.new_ctx();
+    pages
+        .iter()
+        .map(|p| {
+            let mut out = vec![0u8; c.max_compressed_len(p.len())];
+            let n = ctx.compress(p, &mut out).unwrap();
+            out.truncate(n);
+            out
+        })
+        .collect()
+}
+
+#[test]
+fn batch_equals_serial() {
+    let pages: Vec<Vec<u8>> = (0..100).map(|i| page(PATTERNS[i % 6], i as u64)).collect();
+    for name in ["lz4", "zstd", "lzo", "deflate"] {
+        let want = serial(name, &pages);
+        // The slow compressors only at 2 workers, to keep the test short.
+        let workers_set: &[usize] = if matches!(name, "lz4" | "lzo") {
+            &[1, 2, 3]
+        } else {
+            &[2]
+        };
+        for &workers in workers_set {
+            for bs in [1, 7, 32] {
+                let e = engine(name, workers, bs);
+                for n in 0..100 {
+                    let refs: Vec<&[u8]> = pages[..n].iter().map(|p| &p[..]).collect();
+                    let got = e.compress_batch(&refs);
+                    assert_eq!(got.len(), n);
+                    for (i, r) in got.into_iter().enumerate() {
+                        assert_eq!(
+                            r.as_ref().unwrap(),
+                            &want[i],
+                            "{name} w{workers} b{bs} n{n} i{i}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn for_each_runs_every_index_once() {
+    for workers in [1, 2, 4] {
+        for bs in [1, 7, 32] {
+            let e = engine("lz4", workers, bs);
+            for n in [0, 1, 2, 31, 32, 33, 64, 97] {
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                e.for_each(n, |i, _ctx| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                    "w{workers} b{bs} n{n}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn batches_run_in_order_and_batch_one_is_inline() {
+    // Batch size 1: every item on the caller's thread, in order.
+    let e = engine("lz4", 4, 1);
+    let me = std::thread::current().id();
+    let order = Mutex::new(Vec::new());
+    e.for_each(50, |i, _| {
+        assert_eq!(std::thread::current().id(), me);
+        order.lock().unwrap().push(i);
+    });
+    assert_eq!(*order.lock().unwrap(), (0..50).collect::<Vec<_>>());
+    // Batch size 7: batch k starts only after batch k-1 completed.
+    let e = engine("lz4", 4, 7);
+    let done = AtomicUsize::new(0);
+    e.for_each(70, |i, _| {
+        let batch_start = i / 7 * 7;
+        assert!(
+            done.load(Ordering::SeqCst) >= batch_start,
+            "item {i} ran early"
+        );
+        std::thread::sleep(Duration::from_micros(50));
+        done.fetch_add(1, Ordering::SeqCst);
+    });
+    assert_eq!(done.load(Ordering::SeqCst), 70);
+}
+
+#[test]
+fn batch_spreads_over_workers() {
+    // With slow items, a 32-item batch must be worked on by more than one
+    // thread; otherwise the engine would be serial in disguise.
+    let e = engine("lz4", 2, 32);
+    let threads = Mutex::new(std::collections::HashSet::new());
+    e.for_each(32, |_, _| {
+        threads.lock().unwrap().insert(std::thread::current().id());
+        std::thread::sleep(Duration::from_millis(2));
+    });
+    assert_eq!(threads.lock().unwrap().len(), 2);
+}
+
+/// Fails every page whose first byte is 0xEE; otherwise lz4.
+struct Picky(Arc<dyn Compressor>);
+struct PickyCtx(Box<dyn CompressCtx>);
+
+impl Compressor for Picky {
+    fn name(&self) -> &'static str {
+        "picky"
+    }
+    fn id(&self) -> CompressorId {
+        CompressorId::Lz4
+    }
+    fn new_ctx(&self) -> Box<dyn CompressCtx> {
+        Box::new(PickyCtx(self.0.new_ctx()))
+    }
+    fn max_compressed_len(&self, n: usize) -> usize {
+        self.0.max_compressed_len(n)
+    }
+}
+
+impl CompressCtx for PickyCtx {
+    fn compress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<usize, CompressError> {
+        if src.first() == Some(&0xEE) {
+            return Err(CompressError::Backend("picky".into()));
+        }
+        self.0.compress(src, dst)
+    }
+    fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<(), DecompressError> {
+        self.0.decompress(src, dst)
+    }
+}
+
+#[test]
+fn a_failing_page_does_not_fail_the_others() {
+    let picky: Arc<dyn Compressor> = Arc::new(Picky(by_name("lz4").unwrap()));
+    let mut pages: Vec<Vec<u8>> = (0..64).map(|i| page("text", i)).collect();
+    for bad in [0, 13, 31, 32, 63] {
+        pages[bad][0] = 0xEE;
+    }
+    let want = serial("lz4", &pages);
+    for (workers, bs) in [(1, 1), (2, 7), (3, 32)] {
+        let e = BatchEngine::new(
+            picky.clone(),
+            EngineConfig {
+                workers,
+                batch_size: bs,
+            },
+        )
+        .unwrap();
+        let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+        for (i, r) in e.compress_batch(&refs).into_iter().enumerate() {
+            if [0, 13, 31, 32, 63].contains(&i) {
+                assert_eq!(r, Err(CompressError::Backend("picky".into())));
+            } else {
+                assert_eq!(r.unwrap(), want[i]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_panicking_item_is_reraised_after_the_others_ran() {
+    let e = engine("lz4", 3, 32);
+    let ran = AtomicUsize::new(0);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.for_each(32, |i, _| {
+            if i == 5 {
+                panic!("item five");
+            }
+            std::thread::sleep(Duration::from_micros(100));
+            ran.fetch_add(1, Ordering::SeqCst);
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(ran.load(Ordering::SeqCst), 31);
+    // The engine still works afterwards.
+    let hits = AtomicUsize::new(0);
+    e.for_each(40, |_, _| {
+        hits.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(hits.load(Ordering::Relaxed), 40);
+}
+
+#[test]
+fn with_ctx_round_trips_and_reuses_contexts() {
+    let e = engine("zstd", 2, 8);
+    let src = page("text", 9);
+    let mut comp = vec![0u8; 2 * PAGE_SIZE];
+    let n = e.with_ctx(|c| c.compress(&src, &mut comp)).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    for _ in 0..1000 {
+        e.with_ctx(|c| c.decompress(&comp[..n], &mut out)).unwrap();
+    }
+    assert_eq!(out, src);
+    // Nested use (a store path that loads inside f) does not deadlock.
+    e.for_each(16, |_, ctx| {
+        let mut o = vec![0u8; PAGE_SIZE];
+        e.with_ctx(|c| c.decompress(&comp[..n], &mut o)).unwrap();
+        let mut tmp = vec![0u8; 2 * PAGE_SIZE];
+        ctx.compress(&o, &mut tmp).unwrap();
+        assert_eq!(o, src);
+    });
+}
+
+/// Many threads submit to one engine at once, mixing batch compression
+/// and single-page loads; every result is checked by decompressing it.
+#[test]
+fn concurrent_callers_stress() {
+    for (name, bs) in [("lz4", 32), ("lzo", 7), ("zstd", 1)] {
+        let e = Arc::new(engine(name, 3, bs));
+        let deadline = Instant::now() + Duration::from_millis(600);
+        let handles: Vec<_> = (0..6)
+            .map(|t| {
+                let e = e.clone();
+                std::thread::spawn(move || {
+                    let mut rounds = 0u64;
+                    while Instant::now() < deadline || rounds < 3 {
+                        let n = ((rounds * 7 + t * 13) % 60 + 1) as usize;
+                        let pages: Vec<Vec<u8>> = (0..n)
+                            .map(|i| page(PATTERNS[(i + t as usize) % 6], rounds * 1000 + i as u64))
+                            .collect();
+                        let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+                        let comp = e.compress_batch(&refs);
+                        for (i, c) in comp.iter().enumerate() {
+                            let c = c.as_ref().unwrap();
+                            let mut out = vec![0u8; PAGE_SIZE];
+                            e.with_ctx(|ctx| ctx.decompress(c, &mut out)).unwrap();
+                            assert_eq!(out, pages[i], "{t}/{rounds}/{i}");
+                        }
+                        rounds += 1;
+                    }
+                    rounds
+                })
+            })
+            .collect();
+        for h in handles {
+            assert!(h.join().unwrap() >= 3);
+        }
+    }
+}
+
+#[test]
+fn drop_joins_idle_and_busy_engines() {
+    for _ in 0..20 {
+        let e = engine("lz4", 4, 32);
+        e.for_each(64, |_, _| {});
+        drop(e);
+    }
+    // Dropped right after creation, with helpers possibly not started yet.
+    for _ in 0..20 {
+        drop(engine("deflate", 3, 4));
+    }
+}
