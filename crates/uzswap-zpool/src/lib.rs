@@ -1,6 +1,94 @@
-//! A zsmalloc-style allocator for compressed objects.
+//! A zsmalloc-style allocator for compressed objects (mm/zsmalloc.c, in
+//! userspace).
 //!
-//! (Module comment with the design, lock order and span state machine: zpool helper.)
+//! # Layout
+//! Objects of 1..=[`PAGE_SIZE`] bytes are rounded up to a multiple of 16
+//! ([`size_class::ZS_SIZE_CLASS_DELTA`]) and served by a *size class*. A
+//! class owns *spans* (zspages): `pages_per_span` contiguous pages, one
+//! anonymous mapping each, cut into `objs_per_span` equal slots. The span
+//! length (1..=8 pages by default, up to 16) is chosen per class to waste the
+//! smallest fraction of the span; sizes with identical span geometry share a
+//! class. Objects never straddle spans, and an emptied span is `munmap`ed at
+//! once. `pool_total_size` is the bytes of all spans.
+//!
+//! Each class keeps its spans on *fullness lists* (empty, 0-9% .. 90-99%,
+//! full). A store goes to the fullest non-full span so spans fill densely;
+//! [`ZsPool::compact`] drains the sparsest spans into the fullest.
+//!
+//! A [`Handle`] indexes the *handle table*; its entry word holds the object's
+//! current (span, slot, length) and a generation, so compaction can move an
+//! object without the caller noticing, and a stale or double-freed handle is
+//! recognised (see `handle`).
+//!
+//! # Locks and their order
+//! 1. `class lock` (one mutex per class): the class's spans, fullness lists,
+//!    slot maps, counters, and every write to the entries of its objects.
+//!    Store, free and compaction of a class take it; readers never do.
+//! 2. `span lock` (a reader count plus a writer bit per span): `read` holds it
+//!    shared while it looks at an object; the writer bit is taken to move
+//!    objects out of a span (compaction, under the class lock, *try* only:
+//!    a busy span is skipped, never waited for) and to unmap a span (after it
+//!    was removed from its class and the class lock dropped: waits for
+//!    readers, who by then can only be stale probes that back off).
+//! 3. leaf mutexes: the shared spill list of free handle indices, the span id
+//!    allocator. Nothing is taken while holding them.
+//!
+//! Order: class lock -> span write (try) -> leaf. A reader holds only its span
+//! read lock; its callback may call into the pool (store, read), but must not
+//! free the handle it is reading (that free would wait for the reader).
+//!
+//! # Read protocol
+//! `read` loads the entry, read-locks the span it names, and loads the entry
+//! again. If it changed, the object moved or was freed: unlock and retry.
+//! If not, the object is at that place and stays there until the read lock is
+//! dropped: moving it or unmapping its span needs the span's write lock. Span
+//! ids are recycled but the span table's memory never is, so probing a stale
+//! span id is harmless (it fails revalidation).
+//!
+//! A free does not wait for readers. It stores the free entry word (SeqCst)
+//! and then loads the span's reader count (SeqCst); a reader increments the
+//! count (SeqCst) before its revalidating load (SeqCst). In the single total
+//! order of SeqCst operations either the free sees the reader, or the reader
+//! sees the free word and never touches the bytes. If the free sees any
+//! reader, the slot is *deferred*: not reused until the span is observed with
+//! no readers (by a later free, store or compaction under the class lock).
+//! So a slot's bytes are only ever rewritten when no reader can be reading
+//! them, even if a caller races `read` and `free` on one handle.
+//!
+//! # Span life cycle (under the class lock unless noted)
+//! ```text
+//!  mapped --attach--> listed (fullness group by occupied slots)
+//!  listed --store/free--> listed (regrouped)
+//!  listed --compaction: try write lock + detach--> isolated
+//!  isolated --objects moved, live == 0--> unmapped (write lock held)
+//!  isolated --no destination left--> listed (write lock dropped)
+//!  listed --free of the last object: detach + remove--> dying
+//!  dying --(class lock dropped) write lock, munmap--> unmapped
+//!  unmapped --id recycled after the write lock is dropped--> (free id)
+//! ```
+//!
+//! # Errors
+//! A size of 0 or over `PAGE_SIZE` is [`AllocError::BadSize`]; a failed
+//! `mmap` (or an exhausted handle/span table) is [`AllocError::NoMemory`].
+//! [`ZsPool::free`] of a handle that is not live changes nothing, is counted
+//! ([`PoolStats::invalid_frees`]) and trips a `debug_assert!`;
+//! [`ZsPool::try_free`] and [`ZsPool::try_read`] return [`InvalidHandle`].
+//!
+//! # Memory outside `pool_total_size`
+//! The handle table (8 bytes per handle ever live at once) and per-span slot
+//! maps (4 bytes per slot) live on the heap, as the kernel's handle cache and
+//! zspage structs do; [`PoolStats::metadata_bytes`] reports them.
+
+mod compaction;
+mod handle;
+mod pool;
+pub mod size_class;
+mod span;
+mod stats;
+mod table;
+
+pub use pool::{PoolConfig, ZsPool};
+pub use stats::{ClassStats, CompactStats, PoolStats};
 
 /// The page size the pool's spans are built from.
 pub const PAGE_SIZE: usize = 4096;
@@ -18,71 +106,11 @@ pub enum AllocError {
     NoMemory,
 }
 
-/// Per-class and whole-pool figures.
-#[derive(Clone, Debug, Default)]
-pub struct PoolStats {
-    /// Bytes of memory the pool holds (spans), the figure zswap charges.
-    pub pool_total_size: u64,
-    /// Bytes handed out to live objects (their requested sizes).
-    pub used_bytes: u64,
-    pub objects: u64,
-    pub spans: u64,
-    pub classes: Vec<ClassStats>,
-}
+/// A handle that is not live in this pool (freed, never issued, or from a
+/// generation since reused).
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+#[error("handle {0:?} is not a live object of this pool")]
+pub struct InvalidHandle(pub Handle);
 
-#[derive(Clone, Debug, Default)]
-pub struct ClassStats {
-    pub size: u32,
-    pub pages_per_span: u32,
-    pub objs_per_span: u32,
-    pub objects: u64,
-    pub spans: u64,
-}
-
-/// Result of one compaction pass.
-#[derive(Clone, Debug, Default)]
-pub struct CompactStats {
-    pub objects_moved: u64,
-    pub spans_freed: u64,
-}
-
-/// The pool. `Send + Sync`: all methods take `&self`.
-pub struct ZsPool {}
-
-impl ZsPool {
-    pub fn new() -> Self {
-        todo!("zpool helper")
-    }
-    /// Allocate an object of `size` bytes (1..=PAGE_SIZE) and copy `data`
-    /// (`data.len() == size`) into it.
-    pub fn store(&self, data: &[u8]) -> Result<Handle, AllocError> {
-        let _ = data;
-        todo!("zpool helper")
-    }
-    /// Run `f` on the object's bytes (exactly the stored length).
-    pub fn read<R>(&self, h: Handle, f: impl FnOnce(&[u8]) -> R) -> R {
-        let _ = (h, f);
-        todo!("zpool helper")
-    }
-    /// Free an object. The handle must be live.
-    pub fn free(&self, h: Handle) {
-        let _ = h;
-        todo!("zpool helper")
-    }
-    /// Move objects out of sparse spans and free the emptied spans.
-    pub fn compact(&self) -> CompactStats {
-        todo!("zpool helper")
-    }
-    pub fn total_size(&self) -> u64 {
-        todo!("zpool helper")
-    }
-    pub fn stats(&self) -> PoolStats {
-        todo!("zpool helper")
-    }
-}
-
-impl Default for ZsPool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+#[cfg(test)]
+mod tests;
