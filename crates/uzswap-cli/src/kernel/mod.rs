@@ -1,6 +1,644 @@
-//! Kernel baselines: run the usemem workload inside a memory cgroup against
-//! the kernel's zswap, zram or a swap file, restoring every setting after.
+//! Kernel baselines: run the usemem workload on plain memory inside a memory
+//! cgroup whose limit is the budget, against the kernel's zswap (in front of
+//! a swap file), zram, or a plain swap file, and report the kernel's own
+//! counters next to the workload's figures.
+//!
+//! The workload runs in a child process (`usemem --backend none`, the same
+//! code every backend runs) that joins the cgroup between fork and exec.
+//! Every machine setting changed is journaled first (`settings`) and undone
+//! when the run ends: normally, on error (the journal's Drop), on
+//! SIGINT/SIGTERM/SIGHUP (a thread that waits for them), or by the next run
+//! if this one was killed outright.
+//!
+//! Threads and locking: the main thread sets up, runs the child and
+//! restores; a sampler thread reads gauges while the child runs; a signal
+//! thread waits for a signal. The journal sits in `JOURNAL` behind one mutex,
+//! held for each record+change pair and for the whole restore, so a signal
+//! restore and a setup step never interleave.
 
-pub fn run_usemem(args: &crate::usemem::Args) -> anyhow::Result<()> {
-    anyhow::bail!("usemem --backend {}: not built yet", args.backend.name())
+pub mod cgroup;
+pub mod settings;
+pub mod swap;
+pub mod vmstat;
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use crate::usemem::{Args, Backend};
+use settings::Journal;
+
+const ZSWAP: &str = "/sys/module/zswap/parameters";
+const THP: &str = "/sys/kernel/mm/transparent_hugepage";
+const DEBUGFS: &str = "/sys/kernel/debug";
+const PAGE: u64 = 4096;
+
+/// The run's journal; `None` outside a run and once restored.
+static JOURNAL: Mutex<Option<Journal>> = Mutex::new(None);
+/// The workload child's pid while it runs, else 0.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+/// Where the journal's state file lives: tmpfs, so a reboot (which undoes
+/// every setting anyway) also forgets it.
+pub fn state_dir() -> PathBuf {
+    if Path::new("/run").is_dir() {
+        PathBuf::from("/run/uzswap")
+    } else {
+        std::env::temp_dir().join("uzswap")
+    }
+}
+
+/// Record-and-change under the journal lock.
+fn with_journal<T>(f: impl FnOnce(&mut Journal) -> Result<T>) -> Result<T> {
+    let mut g = JOURNAL.lock();
+    let j = g.as_mut().context("kernel baseline: no journal (run was interrupted)")?;
+    f(j)
+}
+
+/// Undo every recorded change now; returns the failures.
+fn restore_all() -> Vec<String> {
+    let mut g = JOURNAL.lock();
+    match g.take() {
+        Some(mut j) => {
+            let errs = j.restore();
+            // Restored already; its Drop would only repeat an empty restore.
+            drop(j);
+            // The state directory goes too once empty (it fails if not).
+            let _ = std::fs::remove_dir(state_dir());
+            errs
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Block the termination signals in this thread (and so in every thread it
+/// starts from now on) and start a thread that waits for them, kills the
+/// child, restores the machine and exits. Returns the signal mask to give
+/// the child back.
+fn install_signal_thread() -> Result<libc::sigset_t> {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to local sigsets.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0 {
+            bail!("pthread_sigmask failed");
+        }
+    }
+    std::thread::Builder::new().name("uzswap-signals".into()).spawn(move || {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: `set` is an initialised sigset, `sig` a valid out pointer.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            return;
+        }
+        let pid = CHILD.load(Ordering::SeqCst);
+        if pid > 0 {
+            // SAFETY: kill() has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        eprintln!("uzswap: signal {sig}: restoring kernel settings");
+        for e in restore_all() {
+            eprintln!("uzswap: restore: {e}");
+        }
+        std::process::exit(128 + sig);
+    })?;
+    Ok(old)
+}
+
+pub fn run_usemem(args: &Args) -> Result<()> {
+    let backend = args.backend;
+    // SAFETY: geteuid() has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "usemem --backend {}: needs root: it turns on swap, sets up zram, changes zswap and THP \
+             settings and creates a memory cgroup (all restored afterwards); run it as root",
+            backend.name()
+        );
+    }
+    let budget = args.budget.unwrap_or(args.size / 2);
+    if budget < (16 << 20) {
+        bail!("--budget {budget}: the kernel baselines need at least 16 MiB (the cgroup limit)");
+    }
+    if args.size == 0 || args.workers == 0 {
+        bail!("--size and --workers must be positive");
+    }
+    if !args.folio.is_power_of_two() || !(PAGE..=(2 << 20)).contains(&args.folio) {
+        bail!("--folio {}: a power of two from 4K to 2M", args.folio);
+    }
+
+    let child_mask = install_signal_thread()?;
+    let dir = state_dir();
+    if let Some(r) = settings::recover(&dir)? {
+        eprintln!(
+            "uzswap: undid {} change(s) left by an earlier run (pid {}){}",
+            r.undone,
+            r.pid,
+            if r.errors.is_empty() { String::new() } else { format!("; failures: {}", r.errors.join("; ")) }
+        );
+        if !r.errors.is_empty() {
+            bail!("could not clean up after the earlier run; see {}", dir.join(settings::STATE_FILE).display());
+        }
+    }
+    *JOURNAL.lock() = Some(Journal::create(&dir)?);
+
+    let result = run_with_settings(args, backend, budget, child_mask);
+    let errors = restore_all();
+    let mut report = result?;
+    if !errors.is_empty() {
+        bail!("run finished but restoring settings failed: {}", errors.join("; "));
+    }
+    report["kernel"]["restored"] = json!(true);
+    print_report(&report, args.json);
+    Ok(())
+}
+
+/// Set the machine up for `backend`, run the workload, gather the figures.
+fn run_with_settings(args: &Args, backend: Backend, budget: u64, child_mask: libc::sigset_t) -> Result<Value> {
+    let mut applied = BTreeMap::<String, String>::new();
+    let debugfs = mount_debugfs()?;
+    // Room for the whole working set, plus slack for fragmentation and
+    // large-folio clusters, so the workload is never killed for want of swap.
+    let swap_size = (args.size + args.size / 4 + (64 << 20)).div_ceil(2 << 20) * (2 << 20);
+    let mut zram = None;
+    match backend {
+        Backend::KernelZswap | Backend::Swapfile => {
+            let path = swap::swapfile_path();
+            check_disk_space(path.parent().unwrap_or(Path::new("/")), swap_size)?;
+            with_journal(|j| swap::setup_swapfile(j, &path, swap_size))?;
+            applied.insert("swap".into(), format!("file {} ({} MiB)", path.display(), swap_size >> 20));
+        }
+        Backend::Zram => {
+            let z = with_journal(|j| swap::setup_zram(j, &args.compressor, swap_size))?;
+            applied.insert("swap".into(), format!("{} {} ({} MiB)", z.path.display(), args.compressor, swap_size >> 20));
+            zram = Some(z);
+        }
+        Backend::Uzswap | Backend::None => bail!("not a kernel backend: {}", backend.name()),
+    }
+    setup_zswap(backend == Backend::KernelZswap, &args.compressor, &mut applied)?;
+    setup_thp(args.folio, &mut applied)?;
+    if let Ok(pc) = std::fs::read_to_string("/proc/sys/vm/page-cluster") {
+        applied.insert("page_cluster".into(), pc.trim().to_string());
+    }
+    let cg = with_journal(|j| cgroup::Cgroup::create(j, &format!("uzswap-{}", std::process::id()), budget))?;
+    applied.insert("cgroup".into(), format!("{} ({:?}) limit {budget}", cg.dir.display(), cg.version));
+
+    let zswap_dbg = debugfs.as_ref().map(|d| d.join("zswap")).filter(|d| d.is_dir());
+    let before = vmstat::Snapshot::take();
+    let dbg_before = zswap_dbg.as_deref().map(vmstat::read_dir_numbers).unwrap_or_default();
+    let psi_before = read_psi();
+
+    let sampler = Sampler::start(zswap_dbg.clone(), zram.as_ref().map(|z| z.sys("mm_stat")));
+    let t0 = Instant::now();
+    let (status, stdout) = run_child(args, budget, &cg, child_mask);
+    let wall = t0.elapsed().as_secs_f64();
+    let peaks = sampler.stop();
+
+    let after = vmstat::Snapshot::take();
+    let dbg_after = zswap_dbg.as_deref().map(vmstat::read_dir_numbers).unwrap_or_default();
+    let psi_after = read_psi();
+    let (status, stdout) = (status?, stdout?);
+    if !status.success() {
+        let oom = oom_kills(&cg);
+        let how = match (status.code(), status.signal()) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (_, Some(s)) => format!("was killed by signal {s}"),
+            _ => "ended abnormally".into(),
+        };
+        bail!(
+            "the workload {how}{}; its output ended: {}",
+            if oom > 0 { format!(" (the cgroup's OOM killer fired {oom} time(s))") } else { String::new() },
+            stdout.lines().last().unwrap_or("(none)")
+        );
+    }
+    let child: Value = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("the workload printed no JSON line")
+        .and_then(|l| serde_json::from_str(l).context("the workload's JSON line does not parse"))?;
+
+    let (vm, mthp) = after.delta(&before);
+    let dbg_delta: BTreeMap<String, i64> =
+        dbg_after.iter().map(|(k, v)| (k.clone(), *v as i64 - dbg_before.get(k).copied().unwrap_or(0) as i64)).collect();
+    let moved_out = moved_out_bytes(&vm);
+    let ratio = match backend {
+        Backend::KernelZswap => peaks.zswap_ratio(),
+        Backend::Zram => peaks.zram.map(|m| m[0] as f64 / m[2].max(1) as f64),
+        _ => None,
+    };
+    let cg_peak = cg.max_usage();
+    // zram's memory is not charged to the cgroup: add the device's peak.
+    let peak = cg_peak.map(|p| p + peaks.zram.map(|m| m[4]).unwrap_or(0));
+    let kernel = json!({
+        "vmstat": vm,
+        "mthp": mthp,
+        "zswap_debugfs": if zswap_dbg.is_some() {
+            json!({"at_peak": peaks.debugfs, "delta": dbg_delta})
+        } else { Value::Null },
+        "meminfo_peak": {"Zswap": peaks.zswap_bytes, "Zswapped": peaks.zswapped_bytes},
+        "zram_mm_stat_peak": peaks.zram.map(|m| json!({
+            "orig_data_size": m[0], "compr_data_size": m[1], "mem_used_total": m[2],
+            "mem_limit": m[3], "mem_used_max": m[4], "same_pages": m[5]})),
+        "cgroup_max_usage_bytes": cg_peak,
+        "cgroup_version": format!("{:?}", cg.version),
+        "cgroup_stat_after": cg.stat().into_iter().filter(|(k, _)| k.contains("swap") || k.contains("pgmaj")).collect::<BTreeMap<_, _>>(),
+        "psi_memory_us": {
+            "some": psi_after.0.saturating_sub(psi_before.0),
+            "full": psi_after.1.saturating_sub(psi_before.1),
+        },
+        "settings": applied,
+        "wall_s": wall,
+    });
+    Ok(merge_kernel(child, backend.name(), kernel, peak, ratio, moved_out))
+}
+
+/// Bytes the kernel moved out of the workload's memory: pages stored in zswap
+/// plus pages written to the swap device directly; zswap writebacks are
+/// counted once (they were stored first).
+pub fn moved_out_bytes(vm: &BTreeMap<String, u64>) -> u64 {
+    let g = |k: &str| vm.get(k).copied().unwrap_or(0);
+    let pswpout_direct = g("pswpout").saturating_sub(g("zswpwb"));
+    (g("zswpout") + pswpout_direct) * PAGE
+}
+
+/// The workload's JSON with the kernel's figures added: the child's keys are
+/// kept, `backend`, `peak_bytes`, `compression_ratio` and `moved_out_bytes`
+/// are set from the kernel's side, the rest goes under "kernel".
+pub fn merge_kernel(mut child: Value, backend: &str, kernel: Value, peak: Option<u64>, ratio: Option<f64>, moved_out: u64) -> Value {
+    if !child.is_object() {
+        child = json!({ "workload": child });
+    }
+    let o = child.as_object_mut().expect("made an object above");
+    if let Some(b) = o.get("backend").cloned() {
+        o.insert("workload_backend".into(), b);
+    }
+    o.insert("backend".into(), json!(backend));
+    if let Some(p) = peak {
+        o.insert("peak_bytes".into(), json!(p));
+    }
+    o.insert("compression_ratio".into(), json!(ratio));
+    o.insert("moved_out_bytes".into(), json!(moved_out));
+    o.insert("kernel".into(), kernel);
+    child
+}
+
+/// The `usemem` arguments for the workload child: the same workload on plain
+/// memory.
+pub fn child_args(args: &Args, budget: u64) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "usemem".into(),
+        "--backend".into(),
+        "none".into(),
+        "--workers".into(),
+        args.workers.to_string(),
+        "--size".into(),
+        args.size.to_string(),
+        "--pattern".into(),
+        args.pattern.name().into(),
+        "--passes".into(),
+        args.passes.to_string(),
+        "--budget".into(),
+        budget.to_string(),
+        "--compressor".into(),
+        args.compressor.clone(),
+        "--folio".into(),
+        args.folio.to_string(),
+        "--access".into(),
+        match args.access {
+            crate::usemem::Access::Seq => "seq",
+            crate::usemem::Access::Skew => "skew",
+        }
+        .into(),
+        "--json".into(),
+    ];
+    if args.verify {
+        v.push("--verify".into());
+    }
+    v
+}
+
+/// Run the workload child in the cgroup; returns its status and stdout.
+fn run_child(
+    args: &Args,
+    budget: u64,
+    cg: &cgroup::Cgroup,
+    mask: libc::sigset_t,
+) -> (Result<std::process::ExitStatus>, Result<String>) {
+    let spawn = || -> Result<std::process::Child> {
+        let exe = std::env::current_exe().context("find the uzswap executable")?;
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(cg.procs_file())
+            .with_context(|| format!("open {}", cg.procs_file().display()))?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
+        let mut cmd = Command::new(exe);
+        cmd.args(child_args(args, budget)).stdin(Stdio::null()).stdout(Stdio::piped());
+        // SAFETY: the closure runs between fork and exec and only makes
+        // async-signal-safe calls (write, prctl, pthread_sigmask) on data
+        // prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                // "0" is the writing process itself: the child joins the
+                // cgroup before exec, so all its memory is charged there.
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Die with the parent rather than outlive its restore.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().context("start the workload")?;
+        drop(procs);
+        Ok(child)
+    };
+    let mut child = match spawn() {
+        Ok(c) => c,
+        Err(e) => return (Err(e), Ok(String::new())),
+    };
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    let mut out = String::new();
+    let read = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
+    let status = child.wait().context("wait for the workload");
+    CHILD.store(0, Ordering::SeqCst);
+    let out = match read {
+        Some(Err(e)) => Err(e).context("read the workload's output"),
+        _ => Ok(out),
+    };
+    (status, out)
+}
+
+fn oom_kills(cg: &cgroup::Cgroup) -> u64 {
+    let f = match cg.version {
+        cgroup::Version::V1 => "memory.oom_control",
+        cgroup::Version::V2 => "memory.events",
+    };
+    vmstat::parse_kv(&std::fs::read_to_string(cg.dir.join(f)).unwrap_or_default()).get("oom_kill").copied().unwrap_or(0)
+}
+
+/// Mount debugfs if it is not (journaled); returns its path if usable.
+fn mount_debugfs() -> Result<Option<PathBuf>> {
+    let mounted = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(DEBUGFS));
+    if mounted {
+        return Ok(Some(PathBuf::from(DEBUGFS)));
+    }
+    if !Path::new(DEBUGFS).is_dir() {
+        return Ok(None);
+    }
+    let ok = with_journal(|j| {
+        j.apply(settings::Undo::Umount { path: DEBUGFS.into() }, || {
+            let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
+            let (src, dst, ty) = (c("debugfs"), c(DEBUGFS), c("debugfs"));
+            // SAFETY: valid NUL-terminated strings; no mount data.
+            let r = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null()) };
+            Ok(r == 0)
+        })
+    })?;
+    Ok(ok.then(|| PathBuf::from(DEBUGFS)))
+}
+
+/// zswap on (kernel-zswap) or off (the others). Parameters this kernel does
+/// not have (`zpool` on kernels where zsmalloc is the only allocator) are
+/// skipped.
+fn setup_zswap(on: bool, compressor: &str, applied: &mut BTreeMap<String, String>) -> Result<()> {
+    let p = Path::new(ZSWAP);
+    if !p.is_dir() {
+        if on {
+            bail!("this kernel has no zswap ({ZSWAP} is missing)");
+        }
+        return Ok(());
+    }
+    if !on {
+        with_journal(|j| j.set(&p.join("enabled"), "N"))?;
+        applied.insert("zswap".into(), "off".into());
+        return Ok(());
+    }
+    with_journal(|j| j.set(&p.join("compressor"), compressor)).with_context(|| {
+        format!("zswap cannot use compressor '{compressor}' (this kernel's crypto API lacks it? see /proc/crypto)")
+    })?;
+    let mut desc = vec![format!("compressor={compressor}")];
+    for (k, v) in [("zpool", "zsmalloc"), ("max_pool_percent", "20"), ("shrinker_enabled", "Y")] {
+        if p.join(k).exists() {
+            with_journal(|j| j.set(&p.join(k), v))?;
+            desc.push(format!("{k}={v}"));
+        }
+    }
+    with_journal(|j| j.set(&p.join("enabled"), "Y"))?;
+    desc.push("enabled=Y".into());
+    applied.insert("zswap".into(), desc.join(" "));
+    Ok(())
+}
+
+/// Make anonymous memory use folios of `folio` bytes: that mTHP size
+/// "always", every other size and the top-level (inherit) setting "never";
+/// 4K turns them all off.
+fn setup_thp(folio: u64, applied: &mut BTreeMap<String, String>) -> Result<()> {
+    let base = Path::new(THP);
+    if !base.join("enabled").exists() {
+        if folio > PAGE {
+            bail!("--folio {}K: this kernel has no transparent hugepages", folio >> 10);
+        }
+        return Ok(());
+    }
+    let mut sizes: Vec<String> = std::fs::read_dir(base)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("hugepages-") && base.join(n).join("enabled").exists())
+        .collect();
+    sizes.sort();
+    let want = format!("hugepages-{}kB", folio >> 10);
+    if folio > PAGE && !sizes.contains(&want) {
+        bail!("--folio {}K: this kernel offers no such THP size (it has: {})", folio >> 10, sizes.join(", "));
+    }
+    with_journal(|j| j.set(&base.join("enabled"), "never"))?;
+    for s in &sizes {
+        let v = if *s == want { "always" } else { "never" };
+        with_journal(|j| j.set(&base.join(s).join("enabled"), v))?;
+    }
+    applied.insert(
+        "thp".into(),
+        if folio > PAGE { format!("{want}=always, others never") } else { "all sizes never (4K pages)".into() },
+    );
+    Ok(())
+}
+
+fn check_disk_space(dir: &Path, need: u64) -> Result<()> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())?;
+    // SAFETY: statvfs is plain data; the call fills it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid path, `st` a valid out pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Ok(());
+    }
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    if free < need + (1 << 30) {
+        bail!("{} has {} MiB free; the swap file needs {} MiB plus 1 GiB to spare", dir.display(), free >> 20, need >> 20);
+    }
+    Ok(())
+}
+
+/// PSI memory totals (some, full) in microseconds.
+fn read_psi() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/pressure/memory").unwrap_or_default();
+    parse_psi(&text)
+}
+
+pub fn parse_psi(text: &str) -> (u64, u64) {
+    let mut r = (0, 0);
+    for l in text.lines() {
+        let total = l.split_whitespace().find_map(|w| w.strip_prefix("total=")).and_then(|v| v.parse().ok()).unwrap_or(0);
+        if l.starts_with("some") {
+            r.0 = total;
+        } else if l.starts_with("full") {
+            r.1 = total;
+        }
+    }
+    r
+}
+
+/// Gauges at their peak while the workload ran.
+#[derive(Default)]
+struct Peaks {
+    zswap_bytes: u64,
+    zswapped_bytes: u64,
+    debugfs: BTreeMap<String, u64>,
+    zram: Option<[u64; 6]>,
+}
+
+impl Peaks {
+    /// Bytes stored over pool bytes, from debugfs at the peak, else meminfo.
+    fn zswap_ratio(&self) -> Option<f64> {
+        let stored = self.debugfs.get("stored_pages").copied().unwrap_or(0) * PAGE;
+        let pool = self.debugfs.get("pool_total_size").copied().unwrap_or(0);
+        if stored > 0 && pool > 0 {
+            return Some(stored as f64 / pool as f64);
+        }
+        (self.zswap_bytes > 0).then(|| self.zswapped_bytes as f64 / self.zswap_bytes as f64)
+    }
+}
+
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Peaks>,
+}
+
+impl Sampler {
+    fn start(debugfs: Option<PathBuf>, mm_stat: Option<PathBuf>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut p = Peaks::default();
+            loop {
+                let done = s.load(Ordering::Relaxed);
+                let mi = vmstat::parse_kv(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
+                let zswapped = mi.get("Zswapped").copied().unwrap_or(0);
+                if zswapped > p.zswapped_bytes {
+                    p.zswapped_bytes = zswapped;
+                    p.zswap_bytes = mi.get("Zswap").copied().unwrap_or(0);
+                }
+                if let Some(d) = &debugfs {
+                    let now = vmstat::read_dir_numbers(d);
+                    if now.get("stored_pages") > p.debugfs.get("stored_pages") || p.debugfs.is_empty() {
+                        p.debugfs = now;
+                    }
+                }
+                if let Some(m) = mm_stat.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
+                    if let Some(v) = swap::parse_mm_stat(&m) {
+                        if p.zram.is_none_or(|z| v[0] >= z[0]) {
+                            p.zram = Some(v);
+                        }
+                    }
+                }
+                if done {
+                    return p;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Sampler { stop, handle }
+    }
+
+    fn stop(self) -> Peaks {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+fn print_report(r: &Value, json_line: bool) {
+    let f = |k: &str| r.get(k).cloned().unwrap_or(Value::Null);
+    let mib = |v: Value| v.as_f64().map(|b| format!("{:.1} MiB", b / 1048576.0)).unwrap_or("-".into());
+    println!("backend           {}", f("backend").as_str().unwrap_or("?"));
+    println!("pattern           {}", f("pattern"));
+    println!("size / budget     {} / {}", mib(f("size_bytes")), mib(f("budget_bytes")));
+    println!("elapsed           {:.2} s", f("elapsed_s").as_f64().unwrap_or(f64::NAN));
+    println!("throughput        {:.1} MB/s", f("throughput_mbps").as_f64().unwrap_or(f64::NAN));
+    println!("user + sys        {:.2} + {:.2} s", f("user_s").as_f64().unwrap_or(f64::NAN), f("sys_s").as_f64().unwrap_or(f64::NAN));
+    println!("moved out         {}", mib(f("moved_out_bytes")));
+    println!("peak memory       {}", mib(f("peak_bytes")));
+    println!("compression ratio {}", f("compression_ratio").as_f64().map(|x| format!("{x:.2}")).unwrap_or("-".into()));
+    if let Some(vm) = r["kernel"]["vmstat"].as_object() {
+        let s: Vec<String> = vm.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("vmstat delta      {}", s.join(" "));
+    }
+    println!("verify            {}", r.get("verify").map(|v| v.to_string()).unwrap_or("-".into()));
+    if json_line {
+        println!("{r}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moved_out_counts_writeback_once() {
+        let vm: BTreeMap<String, u64> =
+            [("zswpout", 100u64), ("pswpout", 30), ("zswpwb", 20)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        assert_eq!(moved_out_bytes(&vm), 110 * PAGE);
+        let vm: BTreeMap<String, u64> = [("pswpout".to_string(), 7u64)].into();
+        assert_eq!(moved_out_bytes(&vm), 7 * PAGE);
+    }
+
+    #[test]
+    fn merge_keeps_child_keys_and_sets_kernel_ones() {
+        let child = json!({"backend": "none", "peak_bytes": 1, "throughput_mbps": 5.0, "verify": {"mismatches": 0}});
+        let m = merge_kernel(child, "zram", json!({"vmstat": {}}), Some(99), Some(2.5), 4096);
+        assert_eq!(m["backend"], "zram");
+        assert_eq!(m["workload_backend"], "none");
+        assert_eq!(m["peak_bytes"], 99);
+        assert_eq!(m["throughput_mbps"], 5.0);
+        assert_eq!(m["verify"]["mismatches"], 0);
+        assert_eq!(m["compression_ratio"], 2.5);
+        assert_eq!(m["moved_out_bytes"], 4096);
+        assert!(m["kernel"]["vmstat"].is_object());
+        // No cgroup figure: the child's own peak stays.
+        let m = merge_kernel(json!({"peak_bytes": 1}), "swapfile", json!({}), None, None, 0);
+        assert_eq!(m["peak_bytes"], 1);
+        assert!(m["compression_ratio"].is_null());
+    }
+
+    #[test]
+    fn psi_totals() {
+        let t = "some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=56\n";
+        assert_eq!(parse_psi(t), (1234, 56));
+        assert_eq!(parse_psi(""), (0, 0));
+    }
 }
