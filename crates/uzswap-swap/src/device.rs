@@ -1,0 +1,716 @@
+//! The swap device: a fixed-size backing file, its cluster allocator, page
+//! I/O, the readahead window and discard of freed clusters (mm/swapfile.c,
+//! mm/page_io.c, mm/swap_state.c's `swap_cluster_readahead`).
+//!
+//! The backing file is unlinked (`O_TMPFILE`, or created and removed at once
+//! where the filesystem lacks it), mode 0600, and fully allocated with
+//! `fallocate` up front, so a missing, read-only or too small directory is an
+//! error at creation instead of a failed write later.
+//!
+//! Locking: none of its own. I/O uses `pread`/`pwritev` at explicit offsets,
+//! and a slot run belongs to whoever allocated it, so concurrent I/O to
+//! different runs needs no lock. Slot ownership is the allocator's (see
+//! `cluster` for its locks); counters are atomics. The discard hook runs
+//! from the allocator with no lock held.
+//!
+//! Write failure contract: when [`SwapDevice::write`] returns an error (an
+//! I/O error, a write that makes no progress, an injected fault), the slots
+//! stay allocated and owned by the caller, their contents are unspecified,
+//! and the error is counted in `io_errors`. The caller keeps its copy of the
+//! data and either retries or frees the slots; nothing is freed behind its
+//! back, so the accounting stays exact. Short writes are continued until
+//! every byte is written or an error occurs.
+//!
+//! Discard: when a cluster empties, its 2 MiB are punched out of the file
+//! (`FALLOC_FL_PUNCH_HOLE`) before it is free again. That returns the space
+//! to the filesystem, so a later write there may fail with `ENOSPC` if the
+//! filesystem filled up meanwhile; such a write is an error returned to the
+//! caller under the contract above. If the filesystem cannot punch holes,
+//! discard turns itself off.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::cluster::ClusterAllocator;
+use crate::entry::{check_range, SlotError, SlotRange, SwapSlot};
+use crate::{SlotAllocator, MAX_ORDER, NR_ORDERS, PAGE_SIZE, SWAPFILE_CLUSTER};
+
+const CLUSTER_BYTES: u64 = (SWAPFILE_CLUSTER * PAGE_SIZE) as u64;
+/// Largest readahead window: one cluster (2^9 pages).
+pub const MAX_PAGE_CLUSTER: u32 = 9;
+const IOV_MAX: usize = 1024;
+
+/// How to create a swap device.
+#[derive(Clone, Debug)]
+pub struct SwapDeviceConfig {
+    /// Directory for the (unlinked) backing file.
+    pub dir: PathBuf,
+    /// Size of the backing file; rounded down to whole 2 MiB clusters.
+    pub size_bytes: u64,
+    /// Readahead window is 2^page_cluster slots (`vm.page-cluster`).
+    pub page_cluster: u32,
+    /// Open the file with `O_DIRECT` (I/O goes through an aligned bounce
+    /// buffer).
+    pub direct_io: bool,
+    /// Punch freed clusters out of the file.
+    pub discard: bool,
+}
+
+impl Default for SwapDeviceConfig {
+    fn default() -> Self {
+        Self {
+            dir: std::env::temp_dir(),
+            size_bytes: 256 << 20,
+            page_cluster: 3,
+            direct_io: false,
+            discard: true,
+        }
+    }
+}
+
+/// Why a swap device could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum SwapError {
+    #[error("swap directory {0} does not exist")]
+    DirMissing(PathBuf),
+    #[error("swap directory {0} is not a directory")]
+    NotADir(PathBuf),
+    #[error("swap directory {dir} is not writable: {source}")]
+    NotWritable { dir: PathBuf, source: io::Error },
+    #[error("not enough space in {dir} for a {size}-byte swap file ({avail} bytes available)")]
+    NoSpace { dir: PathBuf, size: u64, avail: u64 },
+    #[error("swap size {0} bytes is below one cluster ({CLUSTER_BYTES} bytes)")]
+    TooSmall(u64),
+    #[error("page_cluster {0} is above {MAX_PAGE_CLUSTER}")]
+    BadPageCluster(u32),
+    #[error("the filesystem of {dir} does not support O_DIRECT: {source}")]
+    DirectIoUnsupported { dir: PathBuf, source: io::Error },
+    #[error("swap file in {dir}: {source}")]
+    Io { dir: PathBuf, source: io::Error },
+}
+
+/// Device counters (names as the kernel's where one exists).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SwapStats {
+    /// Slots on the device.
+    pub capacity: u64,
+    /// Slots allocated.
+    pub used: u64,
+    /// Successful allocations per order.
+    pub alloc: [u64; NR_ORDERS],
+    /// Failed allocations per order (at that order).
+    pub alloc_fail: [u64; NR_ORDERS],
+    /// `alloc_fallback` requests of this order served by a smaller order.
+    pub swpout_fallback: [u64; NR_ORDERS],
+    /// Pages written.
+    pub pswpout: u64,
+    /// Pages read.
+    pub pswpin: u64,
+    /// Failed reads and writes (each returned to its caller).
+    pub io_errors: u64,
+    /// Clusters discarded (holes punched).
+    pub discards: u64,
+    /// Hole punches that failed (the cluster is reused all the same).
+    pub discard_errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    fallback: [AtomicU64; NR_ORDERS],
+    pswpout: AtomicU64,
+    pswpin: AtomicU64,
+    io_errors: AtomicU64,
+    discard_errors: AtomicU64,
+    discard_off: AtomicBool,
+}
+
+/// Fault injection on the device's I/O path, for tests.
+#[cfg(any(test, feature = "failpoints"))]
+pub mod failpoints {
+    /// Which syscall a fault applies to.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum IoOp {
+        Read,
+        Write,
+    }
+
+    /// What the next matching syscall does instead of its normal job.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Fault {
+        /// Fails with this errno, transferring nothing.
+        Errno(i32),
+        /// Transfers at most this many bytes (really), like a short write.
+        Short(usize),
+    }
+}
+
+/// A swap device: backing file + cluster allocator.
+pub struct SwapDevice {
+    file: Arc<File>,
+    alloc: ClusterAllocator,
+    nslots: u64,
+    page_cluster: u32,
+    direct_io: bool,
+    counters: Arc<Counters>,
+    #[cfg(any(test, feature = "failpoints"))]
+    faults: parking_lot::Mutex<std::collections::VecDeque<(failpoints::IoOp, failpoints::Fault)>>,
+}
+
+impl std::fmt::Debug for SwapDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SwapDevice")
+            .field("nslots", &self.nslots)
+            .field("page_cluster", &self.page_cluster)
+            .field("direct_io", &self.direct_io)
+            .finish_non_exhaustive()
+    }
+}
+
+fn errno_of(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+fn statvfs_avail(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized,
+    // writable statvfs for the call to fill.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        Some(st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
+/// Opens an unlinked read-write file in `dir`, mode 0600.
+fn open_unlinked(dir: &Path) -> io::Result<File> {
+    let tmp = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir);
+    match tmp {
+        Ok(f) => return Ok(f),
+        // Filesystems without O_TMPFILE answer one of these.
+        Err(e) if matches!(errno_of(&e), libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL) => {}
+        Err(e) => return Err(e),
+    }
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = dir.join(format!(
+        ".uzswap-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&name)?;
+    std::fs::remove_file(&name)?;
+    Ok(f)
+}
+
+/// A page-aligned heap buffer for `O_DIRECT`.
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len.max(PAGE_SIZE), PAGE_SIZE).expect("buffer layout")
+    }
+
+    fn new(len: usize) -> Self {
+        let layout = Self::layout(len);
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(p) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        Self { ptr, len }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to at least `len` initialised (zeroed) bytes
+        // owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this same layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+fn slot_err(e: SlotError) -> io::Error {
+    invalid(e.to_string())
+}
+
+impl SwapDevice {
+    /// Creates the backing file in `cfg.dir` and an allocator over it.
+    pub fn create(cfg: SwapDeviceConfig) -> Result<Self, SwapError> {
+        if cfg.page_cluster > MAX_PAGE_CLUSTER {
+            return Err(SwapError::BadPageCluster(cfg.page_cluster));
+        }
+        let nclusters = cfg.size_bytes / CLUSTER_BYTES;
+        if nclusters == 0 {
+            return Err(SwapError::TooSmall(cfg.size_bytes));
+        }
+        let size = nclusters * CLUSTER_BYTES;
+        let dir = cfg.dir.clone();
+        match std::fs::metadata(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SwapError::DirMissing(dir))
+            }
+            Err(source) => return Err(SwapError::Io { dir, source }),
+            Ok(m) if !m.is_dir() => return Err(SwapError::NotADir(dir)),
+            Ok(_) => {}
+        }
+        let file = open_unlinked(&dir).map_err(|source| {
+            if matches!(errno_of(&source), libc::EROFS | libc::EACCES | libc::EPERM) {
+                SwapError::NotWritable {
+                    dir: dir.clone(),
+                    source,
+                }
+            } else {
+                SwapError::Io {
+                    dir: dir.clone(),
+                    source,
+                }
+            }
+        })?;
+        let fd = file.as_raw_fd();
+        let Ok(len) = libc::off_t::try_from(size) else {
+            return Err(SwapError::NoSpace {
+                dir: dir.clone(),
+                size,
+                avail: statvfs_avail(&dir).unwrap_or(0),
+            });
+        };
+        // SAFETY: `fd` is an open file we own; fallocate passes no memory.
+        let rc = unsafe { libc::fallocate(fd, 0, 0, len) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            let avail = statvfs_avail(&dir).unwrap_or(0);
+            match errno_of(&e) {
+                libc::ENOSPC | libc::EFBIG => return Err(SwapError::NoSpace { dir, size, avail }),
+                libc::EOPNOTSUPP => {
+                    // No preallocation here: check the space, then size it.
+                    if avail < size {
+                        return Err(SwapError::NoSpace { dir, size, avail });
+                    }
+                    file.set_len(size).map_err(|source| SwapError::Io {
+                        dir: dir.clone(),
+                        source,
+                    })?;
+                }
+                _ => return Err(SwapError::Io { dir, source: e }),
+            }
+        }
+        if cfg.direct_io {
+            // SAFETY: F_GETFL/F_SETFL on our own fd; no memory passed.
+            let rc = unsafe {
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                if fl < 0 {
+                    fl
+                } else {
+                    libc::fcntl(fd, libc::F_SETFL, fl | libc::O_DIRECT)
+                }
+            };
+            if rc < 0 {
+                let source = io::Error::last_os_error();
+                return Err(SwapError::DirectIoUnsupported { dir, source });
+            }
+        }
+        Ok(Self::from_parts(
+            file,
+            nclusters as usize,
+            cfg.page_cluster,
+            cfg.direct_io,
+            cfg.discard,
+        ))
+    }
+
+    /// A device over an existing file or block device of at least
+    /// `size_bytes` (rounded down to whole clusters). Nothing is allocated or
+    /// truncated; writes past the end of a regular file extend it.
+    pub fn from_file(
+        file: File,
+        size_bytes: u64,
+        page_cluster: u32,
+        discard: bool,
+    ) -> Result<Self, SwapError> {
+        if page_cluster > MAX_PAGE_CLUSTER {
+            return Err(SwapError::BadPageCluster(page_cluster));
+        }
+        let nclusters = size_bytes / CLUSTER_BYTES;
+        if nclusters == 0 {
+            return Err(SwapError::TooSmall(size_bytes));
+        }
+        Ok(Self::from_parts(
+            file,
+            nclusters as usize,
+            page_cluster,
+            false,
+            discard,
+        ))
+    }
+
+    fn from_parts(
+        file: File,
+        nclusters: usize,
+        page_cluster: u32,
+        direct_io: bool,
+        discard: bool,
+    ) -> Self {
+        let file = Arc::new(file);
+        let counters = Arc::new(Counters::default());
+        let alloc = if discard {
+            let (f, cnt) = (Arc::clone(&file), Arc::clone(&counters));
+            ClusterAllocator::with_discard(
+                nclusters,
+                Box::new(move |r: SlotRange| punch_hole(&f, &cnt, r)),
+            )
+        } else {
+            ClusterAllocator::new(nclusters)
+        };
+        Self {
+            file,
+            alloc,
+            nslots: (nclusters * SWAPFILE_CLUSTER) as u64,
+            page_cluster,
+            direct_io,
+            counters,
+            #[cfg(any(test, feature = "failpoints"))]
+            faults: parking_lot::Mutex::new(Default::default()),
+        }
+    }
+
+    /// Slots on the device.
+    pub fn capacity(&self) -> u64 {
+        self.nslots
+    }
+
+    /// The allocator (for invariant checks and list statistics).
+    pub fn allocator(&self) -> &ClusterAllocator {
+        &self.alloc
+    }
+
+    /// `2^order` contiguous, naturally aligned slots, or `None`. Never falls
+    /// back to a smaller order; see [`alloc_fallback`](Self::alloc_fallback).
+    pub fn alloc(&self, order: u32) -> Option<SwapSlot> {
+        self.alloc.alloc(order)
+    }
+
+    /// Tries `order`, then each smaller order down to 0; returns the slots
+    /// and the order obtained. Getting less than asked counts one
+    /// `swpout_fallback` for the requested order: the caller writes the
+    /// first `2^got` pages there and allocates again for the rest.
+    pub fn alloc_fallback(&self, order: u32) -> Option<(SwapSlot, u32)> {
+        if order > MAX_ORDER {
+            return None;
+        }
+        for o in (0..=order).rev() {
+            if let Some(s) = self.alloc.alloc(o) {
+                if o < order {
+                    self.counters.fallback[order as usize].fetch_add(1, Ordering::Relaxed);
+                }
+                return Some((s, o));
+            }
+        }
+        None
+    }
+
+    /// Frees `npages` slots from `slot` (inside one cluster, all allocated).
+    pub fn free(&self, slot: SwapSlot, npages: u64) -> Result<(), SlotError> {
+        self.alloc.free_range(slot, npages)
+    }
+
+    /// The readahead window around `slot`: the naturally aligned run of
+    /// 2^page_cluster slots holding it, clipped to the device.
+    pub fn readahead_window(&self, slot: SwapSlot) -> SlotRange {
+        let win = 1u64 << self.page_cluster;
+        let start = (slot.0 & !(win - 1)).min(self.nslots);
+        let end = (start + win).min(self.nslots);
+        SlotRange::new(SwapSlot(start), end.saturating_sub(start))
+    }
+
+    /// Hints the kernel to start reading the window around `slot`
+    /// (`POSIX_FADV_WILLNEED`) and returns that window.
+    pub fn readahead(&self, slot: SwapSlot) -> SlotRange {
+        let w = self.readahead_window(slot);
+        if w.npages > 0 {
+            // SAFETY: advisory call on our own fd; no memory passed. Its
+            // result only affects caching, so it is ignored.
+            unsafe {
+                libc::posix_fadvise(
+                    self.file.as_raw_fd(),
+                    w.start.byte_offset() as libc::off_t,
+                    (w.npages * PAGE_SIZE as u64) as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+        }
+        w
+    }
+
+    /// Writes one page per slot from `slot` on. The slots must be allocated.
+    /// On error the slots stay the caller's (see the module comment).
+    pub fn write(&self, slot: SwapSlot, pages: &[&[u8]]) -> io::Result<()> {
+        let n = pages.len() as u64;
+        check_range(slot.0, n, self.nslots).map_err(slot_err)?;
+        if let Some(i) = pages.iter().position(|p| p.len() != PAGE_SIZE) {
+            return Err(invalid(format!(
+                "page {i} of a swap write is {} bytes, not {PAGE_SIZE}",
+                pages[i].len()
+            )));
+        }
+        let range = SlotRange::new(slot, n);
+        if !self.alloc.is_allocated(range).map_err(slot_err)? {
+            return Err(invalid(format!(
+                "swap write to slots {}+{n} that are not allocated",
+                slot.0
+            )));
+        }
+        let r = if self.direct_io {
+            let mut buf = AlignedBuf::new(pages.len() * PAGE_SIZE);
+            for (dst, src) in buf.as_mut_slice().chunks_exact_mut(PAGE_SIZE).zip(pages) {
+                dst.copy_from_slice(src);
+            }
+            self.pwritev_all(&[buf.as_slice()], slot.byte_offset())
+        } else {
+            self.pwritev_all(pages, slot.byte_offset())
+        };
+        match r {
+            Ok(()) => {
+                self.counters.pswpout.fetch_add(n, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads `npages` pages from `slot` into `buf` (exactly that long).
+    pub fn read(&self, slot: SwapSlot, npages: u64, buf: &mut [u8]) -> io::Result<()> {
+        check_range(slot.0, npages, self.nslots).map_err(slot_err)?;
+        if buf.len() as u64 != npages * PAGE_SIZE as u64 {
+            return Err(invalid(format!(
+                "swap read of {npages} pages into a {}-byte buffer",
+                buf.len()
+            )));
+        }
+        let r = if self.direct_io {
+            let mut b = AlignedBuf::new(buf.len());
+            let r = self.pread_all(b.as_mut_slice(), slot.byte_offset());
+            buf.copy_from_slice(b.as_slice());
+            r
+        } else {
+            self.pread_all(buf, slot.byte_offset())
+        };
+        match r {
+            Ok(()) => {
+                self.counters.pswpin.fetch_add(npages, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn stats(&self) -> SwapStats {
+        let a = self.alloc.stats();
+        let c = &self.counters;
+        SwapStats {
+            capacity: a.capacity,
+            used: a.used,
+            alloc: a.alloc,
+            alloc_fail: a.alloc_fail,
+            swpout_fallback: std::array::from_fn(|o| c.fallback[o].load(Ordering::Relaxed)),
+            pswpout: c.pswpout.load(Ordering::Relaxed),
+            pswpin: c.pswpin.load(Ordering::Relaxed),
+            io_errors: c.io_errors.load(Ordering::Relaxed),
+            discards: a.discards,
+            discard_errors: c.discard_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Writes all of `bufs` at `off`, continuing after short writes.
+    fn pwritev_all(&self, bufs: &[&[u8]], mut off: u64) -> io::Result<()> {
+        let (mut idx, mut skip) = (0usize, 0usize);
+        while idx < bufs.len() {
+            let iov: Vec<libc::iovec> = bufs[idx..]
+                .iter()
+                .take(IOV_MAX)
+                .enumerate()
+                .map(|(k, b)| {
+                    let s = if k == 0 { &b[skip..] } else { &b[..] };
+                    libc::iovec {
+                        iov_base: s.as_ptr() as *mut libc::c_void,
+                        iov_len: s.len(),
+                    }
+                })
+                .collect();
+            let w = match self.sys_pwritev(iov, off) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "swap file write made no progress",
+                    ))
+                }
+                Ok(w) => w,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            off += w as u64;
+            let mut left = w;
+            while left > 0 {
+                let rem = bufs[idx].len() - skip;
+                if left >= rem {
+                    left -= rem;
+                    idx += 1;
+                    skip = 0;
+                } else {
+                    skip += left;
+                    left = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(unused_mut)]
+    fn sys_pwritev(&self, mut iov: Vec<libc::iovec>, off: u64) -> io::Result<usize> {
+        #[cfg(any(test, feature = "failpoints"))]
+        match self.take_fault(failpoints::IoOp::Write) {
+            Some(failpoints::Fault::Errno(e)) => return Err(io::Error::from_raw_os_error(e)),
+            Some(failpoints::Fault::Short(mut bytes)) => {
+                let mut keep = 0;
+                for v in iov.iter_mut() {
+                    if bytes == 0 {
+                        break;
+                    }
+                    v.iov_len = v.iov_len.min(bytes);
+                    bytes -= v.iov_len;
+                    keep += 1;
+                }
+                iov.truncate(keep);
+                if iov.is_empty() {
+                    return Ok(0);
+                }
+            }
+            None => {}
+        }
+        // SAFETY: every iovec points into a slice borrowed by the caller for
+        // the duration of this call; pwritev only reads them.
+        let w = unsafe {
+            libc::pwritev(
+                self.file.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                off as libc::off_t,
+            )
+        };
+        if w < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(w as usize)
+        }
+    }
+
+    fn pread_all(&self, mut buf: &mut [u8], mut off: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.sys_pread(buf, off) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "swap file read past its end",
+                    ))
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    off += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn sys_pread(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        #[cfg(any(test, feature = "failpoints"))]
+        match self.take_fault(failpoints::IoOp::Read) {
+            Some(failpoints::Fault::Errno(e)) => return Err(io::Error::from_raw_os_error(e)),
+            Some(failpoints::Fault::Short(bytes)) => {
+                let n = bytes.min(buf.len());
+                return self.file.read_at(&mut buf[..n], off);
+            }
+            None => {}
+        }
+        self.file.read_at(buf, off)
+    }
+
+    #[cfg(any(test, feature = "failpoints"))]
+    fn take_fault(&self, op: failpoints::IoOp) -> Option<failpoints::Fault> {
+        let mut q = self.faults.lock();
+        let i = q.iter().position(|(o, _)| *o == op)?;
+        q.remove(i).map(|(_, f)| f)
+    }
+
+    /// Queues `fault` for the next `op` syscall (read or write); faults of
+    /// one kind are consumed in the order queued.
+    #[cfg(any(test, feature = "failpoints"))]
+    pub fn inject_fault(&self, op: failpoints::IoOp, fault: failpoints::Fault) {
+        self.faults.lock().push_back((op, fault));
+    }
+}
+
+/// The discard hook: punch the cluster out of the file, keeping its size.
+fn punch_hole(file: &File, counters: &Counters, r: SlotRange) {
+    if counters.discard_off.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: fallocate on our own fd; no memory passed.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            r.start.byte_offset() as libc::off_t,
+            (r.npages * PAGE_SIZE as u64) as libc::off_t,
+        )
+    };
+    if rc != 0 {
+        counters.discard_errors.fetch_add(1, Ordering::Relaxed);
+        let e = io::Error::last_os_error();
+        if matches!(errno_of(&e), libc::EOPNOTSUPP | libc::ENOSYS | libc::ENODEV) {
+            counters.discard_off.store(true, Ordering::Relaxed);
+        }
+    }
+}
