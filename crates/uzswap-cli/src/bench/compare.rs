@@ -1,12 +1,667 @@
-//! `uzswap bench compare`.
+//! `uzswap bench compare`: the same usemem workload (patterns × backends)
+//! against uzswap and the kernel's zswap, zram and disk swap, each cell in
+//! its own `uzswap usemem` process measured the same way: its CPU time comes
+//! from wait4() (the whole process tree, kernel reclaim done on its behalf
+//! included), the rest from its JSON line.
+//!
+//! The kernel cells need root; each restores the machine itself (see
+//! `crate::kernel`). Output: a markdown table and the target ratios on
+//! stdout, one JSON object on the last line, and with --plot a PNG.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::usemem::parse_size;
+
+const GIB: f64 = (1u64 << 30) as f64;
+const MIB: f64 = (1u64 << 20) as f64;
+const PAGE: f64 = 4096.0;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Print one JSON object with the figures as the last line of stdout.
     #[arg(long)]
     pub json: bool,
+    /// Draw throughput and CPU seconds per GiB moved out to this PNG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Working set of each cell (all workers together).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    pub size: u64,
+    /// Memory budget of each cell (uzswap's budget, the cgroup's limit).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    pub budget: u64,
+    /// Worker threads per cell.
+    #[arg(short = 'n', long, default_value_t = 2)]
+    pub workers: usize,
+    /// Folio size for every backend (uzswap's chunk; the kernel's mTHP size).
+    #[arg(long, default_value = "64K", value_parser = parse_size)]
+    pub folio: u64,
+    /// Patterns, comma-separated.
+    #[arg(long, default_value = "index,text,mixed", value_delimiter = ',')]
+    pub patterns: Vec<uzswap::Pattern>,
+    /// Backends, comma-separated: uzswap-<compressor>, kernel-zswap-<compressor>,
+    /// zram-<compressor>, swapfile.
+    #[arg(
+        long,
+        default_value = "uzswap-lz4,uzswap-lzo,kernel-zswap-lzo,zram-lz4,swapfile",
+        value_delimiter = ','
+    )]
+    pub backends: Vec<String>,
 }
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("bench compare: not built yet")
+/// A matrix column: the usemem backend and its compressor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub label: String,
+    pub backend: &'static str,
+    pub compressor: String,
+}
+
+pub fn parse_column(s: &str) -> Result<Column> {
+    let s = s.trim();
+    let (backend, comp) = if s == "swapfile" {
+        ("swapfile", "lz4")
+    } else if let Some(c) = s.strip_prefix("kernel-zswap-") {
+        ("kernel-zswap", c)
+    } else if let Some(c) = s.strip_prefix("zram-") {
+        ("zram", c)
+    } else if let Some(c) = s.strip_prefix("uzswap-") {
+        ("uzswap", c)
+    } else {
+        bail!("unknown backend '{s}' (use uzswap-<c>, kernel-zswap-<c>, zram-<c> or swapfile)");
+    };
+    if comp.is_empty() {
+        bail!("backend '{s}' names no compressor");
+    }
+    Ok(Column {
+        label: s.to_string(),
+        backend,
+        compressor: comp.to_string(),
+    })
+}
+
+/// One cell's figures.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Cell {
+    pub pattern: String,
+    pub backend: String,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub throughput_mbps: f64,
+    pub elapsed_s: f64,
+    pub cpu_s: f64,
+    pub moved_out_bytes: u64,
+    pub cpu_s_per_gib_out: Option<f64>,
+    pub peak_bytes: Option<u64>,
+    pub compression_ratio: Option<f64>,
+    pub major_faults: Option<u64>,
+    pub verify_checked_pages: u64,
+    pub verify_mismatches: Option<u64>,
+    pub wall_s: f64,
+}
+
+fn num(v: &Value, path: &[&str]) -> Option<f64> {
+    let mut v = v;
+    for k in path {
+        v = v.get(*k)?;
+    }
+    v.as_f64()
+}
+
+/// Fill a cell from a usemem JSON line plus the CPU time wait4() measured.
+pub fn cell_from_json(pattern: &str, col: &Column, r: &Value, cpu_s: f64) -> Cell {
+    let kernel = col.backend != "uzswap";
+    let moved_out = if kernel {
+        num(r, &["moved_out_bytes"]).unwrap_or(0.0) as u64
+    } else {
+        // Pages uzswap compressed out (written-back pages were stored first).
+        (num(r, &["stats", "zswpout"]).unwrap_or(0.0) * PAGE) as u64
+    };
+    let ratio = num(r, &["compression_ratio"]).or_else(|| {
+        let stored = num(r, &["stats", "stored_pages"])? * PAGE;
+        let pool = num(r, &["stats", "pool_total_size"])?;
+        (stored > 0.0 && pool > 0.0).then(|| stored / pool)
+    });
+    let faults = if kernel {
+        num(r, &["kernel", "vmstat", "pgmajfault"])
+    } else {
+        num(r, &["stats", "pgmajfault"]).or_else(|| num(r, &["stats", "faults"]))
+    };
+    let mismatches = num(r, &["verify", "mismatches"]).map(|m| m as u64);
+    let checked = num(r, &["verify", "checked_pages"]).unwrap_or(0.0) as u64;
+    let ok = mismatches == Some(0) && checked > 0;
+    Cell {
+        pattern: pattern.to_string(),
+        backend: col.label.clone(),
+        ok,
+        error: (!ok).then(|| format!("verify: {checked} pages checked, mismatches {mismatches:?}")),
+        throughput_mbps: num(r, &["throughput_mbps"]).unwrap_or(0.0),
+        elapsed_s: num(r, &["elapsed_s"]).unwrap_or(0.0),
+        cpu_s,
+        moved_out_bytes: moved_out,
+        cpu_s_per_gib_out: (moved_out > 0).then(|| cpu_s / (moved_out as f64 / GIB)),
+        peak_bytes: num(r, &["peak_bytes"]).map(|p| p as u64),
+        compression_ratio: ratio,
+        major_faults: faults.map(|f| f as u64),
+        verify_checked_pages: checked,
+        verify_mismatches: mismatches,
+        wall_s: 0.0,
+    }
+}
+
+fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "usemem",
+        "--backend",
+        col.backend,
+        "--compressor",
+        &col.compressor,
+        "--pattern",
+        pattern.name(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (k, val) in [
+        ("--workers", a.workers.to_string()),
+        ("--size", a.size.to_string()),
+        ("--budget", a.budget.to_string()),
+        ("--folio", a.folio.to_string()),
+        ("--passes", "2".into()),
+        ("--access", "skew".into()),
+    ] {
+        v.push(k.into());
+        v.push(val);
+    }
+    v.push("--verify".into());
+    v.push("--json".into());
+    v
+}
+
+/// Run one cell in its own process; (JSON line, user+sys of its tree).
+fn run_cell(args: &[String]) -> Result<(Value, f64)> {
+    let exe = std::env::current_exe().context("find the uzswap executable")?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("start usemem")?;
+    let mut err = child.stderr.take().context("stderr pipe")?;
+    let errt = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .context("stdout pipe")?
+        .read_to_string(&mut out)?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain data the call fills.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: `pid` is our unreaped child; status and ru are valid out pointers.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    let stderr = errt.join().unwrap_or_default();
+    if r != pid {
+        return Err(std::io::Error::last_os_error()).context("wait4");
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let cpu = tv(ru.ru_utime) + tv(ru.ru_stime);
+    let exited_ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    if !exited_ok {
+        let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+        bail!(
+            "usemem failed (wait status {status:#x}): {}",
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        );
+    }
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("usemem printed no JSON line")?;
+    Ok((
+        serde_json::from_str(line).context("usemem's JSON line")?,
+        cpu,
+    ))
+}
+
+/// The issue's targets, as ratios from the same run.
+pub fn targets(cells: &[Cell], budget: u64) -> Vec<Value> {
+    let get = |p: &str, b: &str| {
+        cells
+            .iter()
+            .find(|c| c.pattern == p && c.backend == b && c.ok)
+    };
+    let mut pats: Vec<&str> = cells.iter().map(|c| c.pattern.as_str()).collect();
+    pats.dedup();
+    let mut t = Vec::new();
+    for p in pats {
+        let k = get(p, "kernel-zswap-lzo");
+        for (u, want) in [("uzswap-lzo", 1.0), ("uzswap-lz4", 1.5)] {
+            if u == "uzswap-lzo" && p == "text" {
+                // The issue sets the lzo target on index and mixed only.
+                continue;
+            }
+            if let (Some(u), Some(k)) = (get(p, u), k) {
+                let r = u.throughput_mbps / k.throughput_mbps.max(1e-9);
+                t.push(json!({"target": format!("{} throughput / kernel-zswap-lzo >= {want}", u.backend),
+                    "pattern": p, "value": r, "met": r >= want}));
+            }
+            if let (Some(u), Some(k)) = (get(p, u), k) {
+                if let (Some(uc), Some(kc)) = (u.cpu_s_per_gib_out, k.cpu_s_per_gib_out) {
+                    let r = uc / kc;
+                    t.push(json!({"target": format!("{} CPU s/GiB out / kernel-zswap-lzo <= 1", u.backend),
+                        "pattern": p, "value": r, "met": r <= 1.0}));
+                }
+            }
+        }
+        for u in ["uzswap-lzo", "uzswap-lz4"] {
+            if let Some(c) = get(p, u) {
+                if let Some(pk) = c.peak_bytes {
+                    let r = pk as f64 / budget as f64;
+                    t.push(json!({"target": format!("{u} peak / budget <= 1"), "pattern": p, "value": r, "met": r <= 1.0}));
+                }
+            }
+        }
+    }
+    t
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map(|x| format!("{x:.prec$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+pub fn markdown(cells: &[Cell]) -> String {
+    let mut s = String::from(
+        "| pattern | backend | MB/s | elapsed s | CPU s | CPU s/GiB out | GiB out | peak MiB | ratio | major faults | verify |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for c in cells {
+        if let Some(e) = c.error.as_ref().filter(|_| c.verify_checked_pages == 0) {
+            s += &format!(
+                "| {} | {} | failed: {} |||||||||\n",
+                c.pattern,
+                c.backend,
+                e.replace('|', "/")
+            );
+            continue;
+        }
+        s += &format!(
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} | {} |\n",
+            c.pattern,
+            c.backend,
+            c.throughput_mbps,
+            c.elapsed_s,
+            c.cpu_s,
+            opt(c.cpu_s_per_gib_out, 2),
+            c.moved_out_bytes as f64 / GIB,
+            opt(c.peak_bytes.map(|p| p as f64 / MIB), 0),
+            opt(c.compression_ratio, 2),
+            c.major_faults.map(|f| f.to_string()).unwrap_or("-".into()),
+            match c.verify_mismatches {
+                Some(0) if c.ok => format!("ok ({} pages)", c.verify_checked_pages),
+                Some(m) => format!("{m} MISMATCHES"),
+                None => "not reported".into(),
+            }
+        );
+    }
+    s
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
+        });
+    // SAFETY: utsname is plain data that uname fills.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
+    let kernel = if unsafe { libc::uname(&mut u) } == 0 {
+        // SAFETY: uname NUL-terminates release.
+        unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    } else {
+        String::new()
+    };
+    let mem = crate::kernel::vmstat::parse_kv(
+        &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+    )
+    .get("MemTotal")
+    .copied();
+    json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": cpu,
+        "mem_total_bytes": mem,
+        "kernel": kernel,
+    })
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let cols: Vec<Column> = a
+        .backends
+        .iter()
+        .map(|b| parse_column(b))
+        .collect::<Result<_>>()?;
+    if a.patterns.is_empty() || cols.is_empty() {
+        bail!("nothing to run: give at least one pattern and one backend");
+    }
+    // SAFETY: geteuid() has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root && cols.iter().any(|c| c.backend != "uzswap") {
+        bail!(
+            "the kernel backends (kernel-zswap, zram, swapfile) need root; run as root or pass \
+             --backends with uzswap-* only"
+        );
+    }
+    let command: String = std::iter::once("uzswap".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let total = a.patterns.len() * cols.len();
+    let bar = indicatif::ProgressBar::new(total as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    let t0 = Instant::now();
+    let mut cells = Vec::with_capacity(total);
+    for &p in &a.patterns {
+        for col in &cols {
+            bar.set_message(format!("{} / {}", p.name(), col.label));
+            let t = Instant::now();
+            let mut cell = match run_cell(&cell_args(&a, p, col)) {
+                Ok((r, cpu)) => cell_from_json(p.name(), col, &r, cpu),
+                Err(e) => Cell {
+                    pattern: p.name().into(),
+                    backend: col.label.clone(),
+                    error: Some(format!("{e:#}")),
+                    ..Default::default()
+                },
+            };
+            cell.wall_s = t.elapsed().as_secs_f64();
+            if let Some(e) = &cell.error {
+                bar.println(format!("{} / {}: {e}", p.name(), col.label));
+            }
+            cells.push(cell);
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    let wall = t0.elapsed().as_secs_f64();
+
+    let t = targets(&cells, a.budget);
+    println!("{}", markdown(&cells));
+    println!(
+        "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified); {:.0} s in all\n",
+        a.size >> 20,
+        a.budget >> 20,
+        a.workers,
+        a.folio >> 10,
+        wall
+    );
+    for x in &t {
+        println!(
+            "- {} on {}: {:.2} ({})",
+            x["target"].as_str().unwrap_or(""),
+            x["pattern"].as_str().unwrap_or(""),
+            x["value"].as_f64().unwrap_or(f64::NAN),
+            if x["met"].as_bool() == Some(true) {
+                "met"
+            } else {
+                "MISSED"
+            }
+        );
+    }
+    if let Some(path) = &a.plot {
+        plot(path, &cells, &a.patterns, &cols)
+            .with_context(|| format!("draw {}", path.display()))?;
+        println!("\nplot: {}", path.display());
+    }
+    let failed = cells.iter().filter(|c| !c.ok).count();
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "bench": "compare",
+                "command": command,
+                "machine": machine(),
+                "size_bytes": a.size,
+                "budget_bytes": a.budget,
+                "workers": a.workers,
+                "folio_bytes": a.folio,
+                "wall_s": wall,
+                "cells": cells,
+                "targets": t,
+                "failed_cells": failed,
+            })
+        );
+    }
+    if failed > 0 {
+        bail!("{failed} of {total} cells failed or did not verify");
+    }
+    Ok(())
+}
+
+/// A figure drawn from a cell, if it has one.
+type Metric = fn(&Cell) -> Option<f64>;
+
+/// Two panels (throughput MB/s; CPU s per GiB moved out), bars grouped by
+/// pattern, one colour per backend.
+fn plot(
+    path: &std::path::Path,
+    cells: &[Cell],
+    patterns: &[uzswap::Pattern],
+    cols: &[Column],
+) -> Result<()> {
+    use plotters::prelude::*;
+    const COLORS: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(23, 190, 207),
+        RGBColor(214, 39, 40),
+        RGBColor(255, 127, 14),
+        RGBColor(127, 127, 127),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+    ];
+    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let panels = root.split_evenly((1, 2));
+    let nb = cols.len();
+    let group = nb as f64 + 1.0;
+    let metrics: [(&str, Metric); 2] = [
+        ("throughput, MB/s (higher is better)", |c| {
+            (c.ok || c.verify_checked_pages > 0).then_some(c.throughput_mbps)
+        }),
+        ("CPU seconds per GiB moved out (lower is better)", |c| {
+            c.cpu_s_per_gib_out
+        }),
+    ];
+    for (area, (title, metric)) in panels.iter().zip(metrics) {
+        let ymax = cells
+            .iter()
+            .filter_map(metric)
+            .fold(0.0f64, f64::max)
+            .max(1e-6)
+            * 1.15;
+        let xmax = patterns.len() as f64 * group;
+        let mut chart = ChartBuilder::on(area)
+            .caption(title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_max_light_lines(1)
+            .x_label_formatter(&|_| String::new())
+            .y_label_style(("sans-serif", 14))
+            .draw()?;
+        for (bi, col) in cols.iter().enumerate() {
+            let color = COLORS[bi % COLORS.len()];
+            let bars: Vec<(f64, f64)> = patterns
+                .iter()
+                .enumerate()
+                .filter_map(|(pi, p)| {
+                    let c = cells
+                        .iter()
+                        .find(|c| c.pattern == p.name() && c.backend == col.label)?;
+                    Some((pi as f64 * group + 0.5 + bi as f64, metric(c)?))
+                })
+                .collect();
+            chart
+                .draw_series(
+                    bars.iter()
+                        .map(|&(x, y)| Rectangle::new([(x, 0.0), (x + 0.9, y)], color.filled())),
+                )?
+                .label(col.label.clone())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 12, y + 6)], color.filled())
+                });
+            chart.draw_series(bars.iter().map(|&(x, y)| {
+                Text::new(
+                    if y >= 100.0 {
+                        format!("{y:.0}")
+                    } else {
+                        format!("{y:.1}")
+                    },
+                    (x, y + ymax * 0.01),
+                    ("sans-serif", 11)
+                        .into_font()
+                        .transform(FontTransform::Rotate270),
+                )
+            }))?;
+        }
+        // Pattern names under each group, in pixel coordinates.
+        for (pi, p) in patterns.iter().enumerate() {
+            let (px, py) = chart.backend_coord(&(pi as f64 * group + group / 2.0, 0.0));
+            let (ox, oy) = area.get_base_pixel();
+            area.draw_text(
+                p.name(),
+                &("sans-serif", 16).into_text_style(area),
+                (px - ox - 4 * p.name().len() as i32, py - oy + 8),
+            )?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_parse() {
+        let c = parse_column("kernel-zswap-lzo").unwrap();
+        assert_eq!((c.backend, c.compressor.as_str()), ("kernel-zswap", "lzo"));
+        assert_eq!(parse_column("zram-lz4").unwrap().backend, "zram");
+        assert_eq!(parse_column("uzswap-lz4").unwrap().compressor, "lz4");
+        assert_eq!(parse_column("swapfile").unwrap().backend, "swapfile");
+        assert!(parse_column("zram-").is_err());
+        assert!(parse_column("nfs").is_err());
+    }
+
+    #[test]
+    fn cells_from_json() {
+        let k = parse_column("kernel-zswap-lzo").unwrap();
+        let r = json!({"throughput_mbps": 200.0, "elapsed_s": 5.0, "moved_out_bytes": 1u64 << 30,
+            "peak_bytes": 100, "compression_ratio": 2.0, "kernel": {"vmstat": {"pgmajfault": 7}},
+            "verify": {"checked_pages": 10, "mismatches": 0}});
+        let c = cell_from_json("index", &k, &r, 3.0);
+        assert!(c.ok);
+        assert_eq!(c.cpu_s_per_gib_out, Some(3.0));
+        assert_eq!(c.major_faults, Some(7));
+        let u = parse_column("uzswap-lz4").unwrap();
+        let r = json!({"throughput_mbps": 300.0, "stats": {"zswpout": 262144, "stored_pages": 100,
+            "pool_total_size": 102400, "pgmajfault": 5}, "verify": {"checked_pages": 10, "mismatches": 2}});
+        let c = cell_from_json("index", &u, &r, 1.0);
+        assert!(!c.ok, "mismatches fail the cell");
+        assert_eq!(c.moved_out_bytes, 1 << 30);
+        assert_eq!(c.compression_ratio, Some(4.0));
+        assert_eq!(c.major_faults, Some(5));
+        // No verify figures: not ok.
+        assert!(!cell_from_json("index", &u, &json!({}), 1.0).ok);
+    }
+
+    #[test]
+    fn targets_are_ratios() {
+        let mk = |b: &str, mbps: f64, cpu: f64, peak: u64| Cell {
+            pattern: "index".into(),
+            backend: b.into(),
+            ok: true,
+            throughput_mbps: mbps,
+            cpu_s_per_gib_out: Some(cpu),
+            peak_bytes: Some(peak),
+            ..Default::default()
+        };
+        let cells = [
+            mk("kernel-zswap-lzo", 100.0, 2.0, 0),
+            mk("uzswap-lzo", 120.0, 1.0, 50),
+            mk("uzswap-lz4", 140.0, 3.0, 200),
+        ];
+        let t = targets(&cells, 100);
+        let find = |s: &str| {
+            t.iter()
+                .find(|x| x["target"].as_str().unwrap().starts_with(s))
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(find("uzswap-lzo throughput")["met"], true);
+        assert_eq!(find("uzswap-lz4 throughput")["met"], false);
+        assert!((find("uzswap-lz4 throughput")["value"].as_f64().unwrap() - 1.4).abs() < 1e-9);
+        assert_eq!(find("uzswap-lzo CPU")["met"], true);
+        assert_eq!(find("uzswap-lz4 CPU")["met"], false);
+        assert_eq!(find("uzswap-lz4 peak")["met"], false);
+        assert_eq!(find("uzswap-lzo peak")["met"], true);
+    }
+
+    #[test]
+    fn markdown_has_a_row_per_cell() {
+        let c = Cell {
+            pattern: "text".into(),
+            backend: "zram-lz4".into(),
+            ok: true,
+            verify_checked_pages: 4,
+            verify_mismatches: Some(0),
+            ..Default::default()
+        };
+        let f = Cell {
+            pattern: "text".into(),
+            backend: "swapfile".into(),
+            error: Some("boom".into()),
+            ..Default::default()
+        };
+        let md = markdown(&[c, f]);
+        assert_eq!(md.lines().count(), 4);
+        assert!(md.contains("ok (4 pages)"));
+        assert!(md.contains("failed: boom"));
+    }
 }

@@ -33,7 +33,9 @@ pub fn detect() -> Result<(PathBuf, Version)> {
     let mut v2 = None;
     for line in mounts.lines() {
         // mountinfo: ... mount_point ... - fstype source super_options
-        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
         let mp = left.split_whitespace().nth(4).unwrap_or("");
         let mut r = right.split_whitespace();
         let fstype = r.next().unwrap_or("");
@@ -42,7 +44,8 @@ pub fn detect() -> Result<(PathBuf, Version)> {
             return Ok((PathBuf::from(mp), Version::V1));
         }
         if fstype == "cgroup2" && v2.is_none() {
-            let ctl = fs::read_to_string(Path::new(mp).join("cgroup.controllers")).unwrap_or_default();
+            let ctl =
+                fs::read_to_string(Path::new(mp).join("cgroup.controllers")).unwrap_or_default();
             if ctl.split_whitespace().any(|c| c == "memory") {
                 v2 = Some(PathBuf::from(mp));
             }
@@ -63,7 +66,13 @@ impl Cgroup {
             let sub = root.join("cgroup.subtree_control");
             let on = fs::read_to_string(&sub).unwrap_or_default();
             if !on.split_whitespace().any(|c| c == "memory") {
-                j.apply(Undo::Write { path: sub.clone(), value: "-memory".into() }, || write_value(&sub, "+memory"))?;
+                j.apply(
+                    Undo::Write {
+                        path: sub.clone(),
+                        value: "-memory".into(),
+                    },
+                    || write_value(&sub, "+memory"),
+                )?;
             }
         }
         let dir = root.join(name);
@@ -91,11 +100,17 @@ impl Cgroup {
             Version::V1 => "memory.max_usage_in_bytes",
             Version::V2 => "memory.peak",
         };
-        fs::read_to_string(self.dir.join(f)).ok()?.trim().parse().ok()
+        fs::read_to_string(self.dir.join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     pub fn stat(&self) -> BTreeMap<String, u64> {
-        super::vmstat::parse_kv(&fs::read_to_string(self.dir.join("memory.stat")).unwrap_or_default())
+        super::vmstat::parse_kv(
+            &fs::read_to_string(self.dir.join("memory.stat")).unwrap_or_default(),
+        )
     }
 }
 
@@ -108,7 +123,10 @@ pub fn remove_dir(dir: &Path) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        let pids: Vec<i32> = procs.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        let pids: Vec<i32> = procs
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
         if pids.is_empty() {
             break;
         }

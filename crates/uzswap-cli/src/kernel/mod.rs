@@ -60,7 +60,9 @@ pub fn state_dir() -> PathBuf {
 /// Record-and-change under the journal lock.
 fn with_journal<T>(f: impl FnOnce(&mut Journal) -> Result<T>) -> Result<T> {
     let mut g = JOURNAL.lock();
-    let j = g.as_mut().context("kernel baseline: no journal (run was interrupted)")?;
+    let j = g
+        .as_mut()
+        .context("kernel baseline: no journal (run was interrupted)")?;
     f(j)
 }
 
@@ -99,23 +101,25 @@ fn install_signal_thread() -> Result<libc::sigset_t> {
             bail!("pthread_sigmask failed");
         }
     }
-    std::thread::Builder::new().name("uzswap-signals".into()).spawn(move || {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: `set` is an initialised sigset, `sig` a valid out pointer.
-        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-            return;
-        }
-        let pid = CHILD.load(Ordering::SeqCst);
-        if pid > 0 {
-            // SAFETY: kill() has no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        eprintln!("uzswap: signal {sig}: restoring kernel settings");
-        for e in restore_all() {
-            eprintln!("uzswap: restore: {e}");
-        }
-        std::process::exit(128 + sig);
-    })?;
+    std::thread::Builder::new()
+        .name("uzswap-signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` is an initialised sigset, `sig` a valid out pointer.
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                return;
+            }
+            let pid = CHILD.load(Ordering::SeqCst);
+            if pid > 0 {
+                // SAFETY: kill() has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            eprintln!("uzswap: signal {sig}: restoring kernel settings");
+            for e in restore_all() {
+                eprintln!("uzswap: restore: {e}");
+            }
+            std::process::exit(128 + sig);
+        })?;
     Ok(old)
 }
 
@@ -147,10 +151,17 @@ pub fn run_usemem(args: &Args) -> Result<()> {
             "uzswap: undid {} change(s) left by an earlier run (pid {}){}",
             r.undone,
             r.pid,
-            if r.errors.is_empty() { String::new() } else { format!("; failures: {}", r.errors.join("; ")) }
+            if r.errors.is_empty() {
+                String::new()
+            } else {
+                format!("; failures: {}", r.errors.join("; "))
+            }
         );
         if !r.errors.is_empty() {
-            bail!("could not clean up after the earlier run; see {}", dir.join(settings::STATE_FILE).display());
+            bail!(
+                "could not clean up after the earlier run; see {}",
+                dir.join(settings::STATE_FILE).display()
+            );
         }
     }
     *JOURNAL.lock() = Some(Journal::create(&dir)?);
@@ -159,7 +170,10 @@ pub fn run_usemem(args: &Args) -> Result<()> {
     let errors = restore_all();
     let mut report = result?;
     if !errors.is_empty() {
-        bail!("run finished but restoring settings failed: {}", errors.join("; "));
+        bail!(
+            "run finished but restoring settings failed: {}",
+            errors.join("; ")
+        );
     }
     report["kernel"]["restored"] = json!(true);
     print_report(&report, args.json);
@@ -167,7 +181,12 @@ pub fn run_usemem(args: &Args) -> Result<()> {
 }
 
 /// Set the machine up for `backend`, run the workload, gather the figures.
-fn run_with_settings(args: &Args, backend: Backend, budget: u64, child_mask: libc::sigset_t) -> Result<Value> {
+fn run_with_settings(
+    args: &Args,
+    backend: Backend,
+    budget: u64,
+    child_mask: libc::sigset_t,
+) -> Result<Value> {
     let mut applied = BTreeMap::<String, String>::new();
     let debugfs = mount_debugfs()?;
     // Room for the whole working set, plus slack for fragmentation and
@@ -179,26 +198,52 @@ fn run_with_settings(args: &Args, backend: Backend, budget: u64, child_mask: lib
             let path = swap::swapfile_path();
             check_disk_space(path.parent().unwrap_or(Path::new("/")), swap_size)?;
             with_journal(|j| swap::setup_swapfile(j, &path, swap_size))?;
-            applied.insert("swap".into(), format!("file {} ({} MiB)", path.display(), swap_size >> 20));
+            applied.insert(
+                "swap".into(),
+                format!("file {} ({} MiB)", path.display(), swap_size >> 20),
+            );
         }
         Backend::Zram => {
             let z = with_journal(|j| swap::setup_zram(j, &args.compressor, swap_size))?;
-            applied.insert("swap".into(), format!("{} {} ({} MiB)", z.path.display(), args.compressor, swap_size >> 20));
+            applied.insert(
+                "swap".into(),
+                format!(
+                    "{} {} ({} MiB)",
+                    z.path.display(),
+                    args.compressor,
+                    swap_size >> 20
+                ),
+            );
             zram = Some(z);
         }
         Backend::Uzswap | Backend::None => bail!("not a kernel backend: {}", backend.name()),
     }
-    setup_zswap(backend == Backend::KernelZswap, &args.compressor, &mut applied)?;
+    setup_zswap(
+        backend == Backend::KernelZswap,
+        &args.compressor,
+        &mut applied,
+    )?;
     setup_thp(args.folio, &mut applied)?;
     if let Ok(pc) = std::fs::read_to_string("/proc/sys/vm/page-cluster") {
         applied.insert("page_cluster".into(), pc.trim().to_string());
     }
-    let cg = with_journal(|j| cgroup::Cgroup::create(j, &format!("uzswap-{}", std::process::id()), budget))?;
-    applied.insert("cgroup".into(), format!("{} ({:?}) limit {budget}", cg.dir.display(), cg.version));
+    let cg = with_journal(|j| {
+        cgroup::Cgroup::create(j, &format!("uzswap-{}", std::process::id()), budget)
+    })?;
+    applied.insert(
+        "cgroup".into(),
+        format!("{} ({:?}) limit {budget}", cg.dir.display(), cg.version),
+    );
 
-    let zswap_dbg = debugfs.as_ref().map(|d| d.join("zswap")).filter(|d| d.is_dir());
+    let zswap_dbg = debugfs
+        .as_ref()
+        .map(|d| d.join("zswap"))
+        .filter(|d| d.is_dir());
     let before = vmstat::Snapshot::take();
-    let dbg_before = zswap_dbg.as_deref().map(vmstat::read_dir_numbers).unwrap_or_default();
+    let dbg_before = zswap_dbg
+        .as_deref()
+        .map(vmstat::read_dir_numbers)
+        .unwrap_or_default();
     let psi_before = read_psi();
 
     let sampler = Sampler::start(zswap_dbg.clone(), zram.as_ref().map(|z| z.sys("mm_stat")));
@@ -208,7 +253,10 @@ fn run_with_settings(args: &Args, backend: Backend, budget: u64, child_mask: lib
     let peaks = sampler.stop();
 
     let after = vmstat::Snapshot::take();
-    let dbg_after = zswap_dbg.as_deref().map(vmstat::read_dir_numbers).unwrap_or_default();
+    let dbg_after = zswap_dbg
+        .as_deref()
+        .map(vmstat::read_dir_numbers)
+        .unwrap_or_default();
     let psi_after = read_psi();
     let (status, stdout) = (status?, stdout?);
     if !status.success() {
@@ -220,7 +268,11 @@ fn run_with_settings(args: &Args, backend: Backend, budget: u64, child_mask: lib
         };
         bail!(
             "the workload {how}{}; its output ended: {}",
-            if oom > 0 { format!(" (the cgroup's OOM killer fired {oom} time(s))") } else { String::new() },
+            if oom > 0 {
+                format!(" (the cgroup's OOM killer fired {oom} time(s))")
+            } else {
+                String::new()
+            },
             stdout.lines().last().unwrap_or("(none)")
         );
     }
@@ -232,8 +284,15 @@ fn run_with_settings(args: &Args, backend: Backend, budget: u64, child_mask: lib
         .and_then(|l| serde_json::from_str(l).context("the workload's JSON line does not parse"))?;
 
     let (vm, mthp) = after.delta(&before);
-    let dbg_delta: BTreeMap<String, i64> =
-        dbg_after.iter().map(|(k, v)| (k.clone(), *v as i64 - dbg_before.get(k).copied().unwrap_or(0) as i64)).collect();
+    let dbg_delta: BTreeMap<String, i64> = dbg_after
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                *v as i64 - dbg_before.get(k).copied().unwrap_or(0) as i64,
+            )
+        })
+        .collect();
     let moved_out = moved_out_bytes(&vm);
     let ratio = match backend {
         Backend::KernelZswap => peaks.zswap_ratio(),
@@ -263,7 +322,14 @@ fn run_with_settings(args: &Args, backend: Backend, budget: u64, child_mask: lib
         "settings": applied,
         "wall_s": wall,
     });
-    Ok(merge_kernel(child, backend.name(), kernel, peak, ratio, moved_out))
+    Ok(merge_kernel(
+        child,
+        backend.name(),
+        kernel,
+        peak,
+        ratio,
+        moved_out,
+    ))
 }
 
 /// Bytes the kernel moved out of the workload's memory: pages stored in zswap
@@ -278,7 +344,14 @@ pub fn moved_out_bytes(vm: &BTreeMap<String, u64>) -> u64 {
 /// The workload's JSON with the kernel's figures added: the child's keys are
 /// kept, `backend`, `peak_bytes`, `compression_ratio` and `moved_out_bytes`
 /// are set from the kernel's side, the rest goes under "kernel".
-pub fn merge_kernel(mut child: Value, backend: &str, kernel: Value, peak: Option<u64>, ratio: Option<f64>, moved_out: u64) -> Value {
+pub fn merge_kernel(
+    mut child: Value,
+    backend: &str,
+    kernel: Value,
+    peak: Option<u64>,
+    ratio: Option<f64>,
+    moved_out: u64,
+) -> Value {
     if !child.is_object() {
         child = json!({ "workload": child });
     }
@@ -346,7 +419,9 @@ fn run_child(
             .with_context(|| format!("open {}", cg.procs_file().display()))?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
         let mut cmd = Command::new(exe);
-        cmd.args(child_args(args, budget)).stdin(Stdio::null()).stdout(Stdio::piped());
+        cmd.args(child_args(args, budget))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
         // SAFETY: the closure runs between fork and exec and only makes
         // async-signal-safe calls (write, prctl, pthread_sigmask) on data
         // prepared before the fork.
@@ -388,7 +463,10 @@ fn oom_kills(cg: &cgroup::Cgroup) -> u64 {
         cgroup::Version::V1 => "memory.oom_control",
         cgroup::Version::V2 => "memory.events",
     };
-    vmstat::parse_kv(&std::fs::read_to_string(cg.dir.join(f)).unwrap_or_default()).get("oom_kill").copied().unwrap_or(0)
+    vmstat::parse_kv(&std::fs::read_to_string(cg.dir.join(f)).unwrap_or_default())
+        .get("oom_kill")
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Mount debugfs if it is not (journaled); returns its path if usable.
@@ -404,13 +482,20 @@ fn mount_debugfs() -> Result<Option<PathBuf>> {
         return Ok(None);
     }
     let ok = with_journal(|j| {
-        j.apply(settings::Undo::Umount { path: DEBUGFS.into() }, || {
-            let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
-            let (src, dst, ty) = (c("debugfs"), c(DEBUGFS), c("debugfs"));
-            // SAFETY: valid NUL-terminated strings; no mount data.
-            let r = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null()) };
-            Ok(r == 0)
-        })
+        j.apply(
+            settings::Undo::Umount {
+                path: DEBUGFS.into(),
+            },
+            || {
+                let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
+                let (src, dst, ty) = (c("debugfs"), c(DEBUGFS), c("debugfs"));
+                // SAFETY: valid NUL-terminated strings; no mount data.
+                let r = unsafe {
+                    libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null())
+                };
+                Ok(r == 0)
+            },
+        )
     })?;
     Ok(ok.then(|| PathBuf::from(DEBUGFS)))
 }
@@ -435,7 +520,11 @@ fn setup_zswap(on: bool, compressor: &str, applied: &mut BTreeMap<String, String
         format!("zswap cannot use compressor '{compressor}' (this kernel's crypto API lacks it? see /proc/crypto)")
     })?;
     let mut desc = vec![format!("compressor={compressor}")];
-    for (k, v) in [("zpool", "zsmalloc"), ("max_pool_percent", "20"), ("shrinker_enabled", "Y")] {
+    for (k, v) in [
+        ("zpool", "zsmalloc"),
+        ("max_pool_percent", "20"),
+        ("shrinker_enabled", "Y"),
+    ] {
         if p.join(k).exists() {
             with_journal(|j| j.set(&p.join(k), v))?;
             desc.push(format!("{k}={v}"));
@@ -454,7 +543,10 @@ fn setup_thp(folio: u64, applied: &mut BTreeMap<String, String>) -> Result<()> {
     let base = Path::new(THP);
     if !base.join("enabled").exists() {
         if folio > PAGE {
-            bail!("--folio {}K: this kernel has no transparent hugepages", folio >> 10);
+            bail!(
+                "--folio {}K: this kernel has no transparent hugepages",
+                folio >> 10
+            );
         }
         return Ok(());
     }
@@ -466,7 +558,11 @@ fn setup_thp(folio: u64, applied: &mut BTreeMap<String, String>) -> Result<()> {
     sizes.sort();
     let want = format!("hugepages-{}kB", folio >> 10);
     if folio > PAGE && !sizes.contains(&want) {
-        bail!("--folio {}K: this kernel offers no such THP size (it has: {})", folio >> 10, sizes.join(", "));
+        bail!(
+            "--folio {}K: this kernel offers no such THP size (it has: {})",
+            folio >> 10,
+            sizes.join(", ")
+        );
     }
     with_journal(|j| j.set(&base.join("enabled"), "never"))?;
     for s in &sizes {
@@ -475,7 +571,11 @@ fn setup_thp(folio: u64, applied: &mut BTreeMap<String, String>) -> Result<()> {
     }
     applied.insert(
         "thp".into(),
-        if folio > PAGE { format!("{want}=always, others never") } else { "all sizes never (4K pages)".into() },
+        if folio > PAGE {
+            format!("{want}=always, others never")
+        } else {
+            "all sizes never (4K pages)".into()
+        },
     );
     Ok(())
 }
@@ -490,7 +590,12 @@ fn check_disk_space(dir: &Path, need: u64) -> Result<()> {
     }
     let free = st.f_bavail as u64 * st.f_frsize as u64;
     if free < need + (1 << 30) {
-        bail!("{} has {} MiB free; the swap file needs {} MiB plus 1 GiB to spare", dir.display(), free >> 20, need >> 20);
+        bail!(
+            "{} has {} MiB free; the swap file needs {} MiB plus 1 GiB to spare",
+            dir.display(),
+            free >> 20,
+            need >> 20
+        );
     }
     Ok(())
 }
@@ -504,7 +609,11 @@ fn read_psi() -> (u64, u64) {
 pub fn parse_psi(text: &str) -> (u64, u64) {
     let mut r = (0, 0);
     for l in text.lines() {
-        let total = l.split_whitespace().find_map(|w| w.strip_prefix("total=")).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let total = l
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("total="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         if l.starts_with("some") {
             r.0 = total;
         } else if l.starts_with("full") {
@@ -548,7 +657,8 @@ impl Sampler {
             let mut p = Peaks::default();
             loop {
                 let done = s.load(Ordering::Relaxed);
-                let mi = vmstat::parse_kv(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
+                let mi =
+                    vmstat::parse_kv(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
                 let zswapped = mi.get("Zswapped").copied().unwrap_or(0);
                 if zswapped > p.zswapped_bytes {
                     p.zswapped_bytes = zswapped;
@@ -556,11 +666,16 @@ impl Sampler {
                 }
                 if let Some(d) = &debugfs {
                     let now = vmstat::read_dir_numbers(d);
-                    if now.get("stored_pages") > p.debugfs.get("stored_pages") || p.debugfs.is_empty() {
+                    if now.get("stored_pages") > p.debugfs.get("stored_pages")
+                        || p.debugfs.is_empty()
+                    {
                         p.debugfs = now;
                     }
                 }
-                if let Some(m) = mm_stat.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
+                if let Some(m) = mm_stat
+                    .as_ref()
+                    .and_then(|f| std::fs::read_to_string(f).ok())
+                {
                     if let Some(v) = swap::parse_mm_stat(&m) {
                         if p.zram.is_none_or(|z| v[0] >= z[0]) {
                             p.zram = Some(v);
@@ -584,21 +699,48 @@ impl Sampler {
 
 fn print_report(r: &Value, json_line: bool) {
     let f = |k: &str| r.get(k).cloned().unwrap_or(Value::Null);
-    let mib = |v: Value| v.as_f64().map(|b| format!("{:.1} MiB", b / 1048576.0)).unwrap_or("-".into());
+    let mib = |v: Value| {
+        v.as_f64()
+            .map(|b| format!("{:.1} MiB", b / 1048576.0))
+            .unwrap_or("-".into())
+    };
     println!("backend           {}", f("backend").as_str().unwrap_or("?"));
     println!("pattern           {}", f("pattern"));
-    println!("size / budget     {} / {}", mib(f("size_bytes")), mib(f("budget_bytes")));
-    println!("elapsed           {:.2} s", f("elapsed_s").as_f64().unwrap_or(f64::NAN));
-    println!("throughput        {:.1} MB/s", f("throughput_mbps").as_f64().unwrap_or(f64::NAN));
-    println!("user + sys        {:.2} + {:.2} s", f("user_s").as_f64().unwrap_or(f64::NAN), f("sys_s").as_f64().unwrap_or(f64::NAN));
+    println!(
+        "size / budget     {} / {}",
+        mib(f("size_bytes")),
+        mib(f("budget_bytes"))
+    );
+    println!(
+        "elapsed           {:.2} s",
+        f("elapsed_s").as_f64().unwrap_or(f64::NAN)
+    );
+    println!(
+        "throughput        {:.1} MB/s",
+        f("throughput_mbps").as_f64().unwrap_or(f64::NAN)
+    );
+    println!(
+        "user + sys        {:.2} + {:.2} s",
+        f("user_s").as_f64().unwrap_or(f64::NAN),
+        f("sys_s").as_f64().unwrap_or(f64::NAN)
+    );
     println!("moved out         {}", mib(f("moved_out_bytes")));
     println!("peak memory       {}", mib(f("peak_bytes")));
-    println!("compression ratio {}", f("compression_ratio").as_f64().map(|x| format!("{x:.2}")).unwrap_or("-".into()));
+    println!(
+        "compression ratio {}",
+        f("compression_ratio")
+            .as_f64()
+            .map(|x| format!("{x:.2}"))
+            .unwrap_or("-".into())
+    );
     if let Some(vm) = r["kernel"]["vmstat"].as_object() {
         let s: Vec<String> = vm.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("vmstat delta      {}", s.join(" "));
     }
-    println!("verify            {}", r.get("verify").map(|v| v.to_string()).unwrap_or("-".into()));
+    println!(
+        "verify            {}",
+        r.get("verify").map(|v| v.to_string()).unwrap_or("-".into())
+    );
     if json_line {
         println!("{r}");
     }
@@ -610,8 +752,10 @@ mod tests {
 
     #[test]
     fn moved_out_counts_writeback_once() {
-        let vm: BTreeMap<String, u64> =
-            [("zswpout", 100u64), ("pswpout", 30), ("zswpwb", 20)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let vm: BTreeMap<String, u64> = [("zswpout", 100u64), ("pswpout", 30), ("zswpwb", 20)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
         assert_eq!(moved_out_bytes(&vm), 110 * PAGE);
         let vm: BTreeMap<String, u64> = [("pswpout".to_string(), 7u64)].into();
         assert_eq!(moved_out_bytes(&vm), 7 * PAGE);
@@ -620,7 +764,14 @@ mod tests {
     #[test]
     fn merge_keeps_child_keys_and_sets_kernel_ones() {
         let child = json!({"backend": "none", "peak_bytes": 1, "throughput_mbps": 5.0, "verify": {"mismatches": 0}});
-        let m = merge_kernel(child, "zram", json!({"vmstat": {}}), Some(99), Some(2.5), 4096);
+        let m = merge_kernel(
+            child,
+            "zram",
+            json!({"vmstat": {}}),
+            Some(99),
+            Some(2.5),
+            4096,
+        );
         assert_eq!(m["backend"], "zram");
         assert_eq!(m["workload_backend"], "none");
         assert_eq!(m["peak_bytes"], 99);
@@ -630,7 +781,14 @@ mod tests {
         assert_eq!(m["moved_out_bytes"], 4096);
         assert!(m["kernel"]["vmstat"].is_object());
         // No cgroup figure: the child's own peak stays.
-        let m = merge_kernel(json!({"peak_bytes": 1}), "swapfile", json!({}), None, None, 0);
+        let m = merge_kernel(
+            json!({"peak_bytes": 1}),
+            "swapfile",
+            json!({}),
+            None,
+            None,
+            0,
+        );
         assert_eq!(m["peak_bytes"], 1);
         assert!(m["compression_ratio"].is_null());
     }

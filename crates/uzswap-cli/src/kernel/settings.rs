@@ -72,8 +72,11 @@ impl Undo {
                 if !Path::new(&format!("/sys/block/zram{dev}")).exists() {
                     return Ok(());
                 }
-                write_value(Path::new("/sys/class/zram-control/hot_remove"), &dev.to_string())
-                    .with_context(|| format!("hot_remove zram{dev}"))
+                write_value(
+                    Path::new("/sys/class/zram-control/hot_remove"),
+                    &dev.to_string(),
+                )
+                .with_context(|| format!("hot_remove zram{dev}"))
             }
             Undo::Umount { path } => {
                 let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
@@ -93,9 +96,13 @@ impl Undo {
 
 /// Is `path` listed in /proc/swaps?
 pub fn swap_is_active(path: &Path) -> bool {
-    let Ok(text) = fs::read_to_string("/proc/swaps") else { return false };
+    let Ok(text) = fs::read_to_string("/proc/swaps") else {
+        return false;
+    };
     let want = path.to_string_lossy();
-    text.lines().skip(1).any(|l| l.split_whitespace().next() == Some(&*want))
+    text.lines()
+        .skip(1)
+        .any(|l| l.split_whitespace().next() == Some(&*want))
 }
 
 /// Read a knob's current setting. For multiple-choice sysfs files
@@ -117,8 +124,10 @@ pub fn parse_setting(text: &str) -> String {
 
 /// Write a value to a sysfs/procfs file (one write, as `echo v > f` does).
 pub fn write_value(path: &Path, value: &str) -> Result<()> {
+    // O_TRUNC as the shell's `>`: sysfs ignores it, a plain file needs it.
     let mut f = fs::OpenOptions::new()
         .write(true)
+        .truncate(true)
         .open(path)
         .with_context(|| format!("open {} for writing", path.display()))?;
     f.write_all(value.as_bytes())
@@ -144,9 +153,15 @@ impl Journal {
         fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
         let state_path = dir.join(STATE_FILE);
         if state_path.exists() {
-            bail!("{} exists: a kernel baseline run is in progress or was not cleaned up", state_path.display());
+            bail!(
+                "{} exists: a kernel baseline run is in progress or was not cleaned up",
+                state_path.display()
+            );
         }
-        let j = Journal { state_path, undo: Vec::new() };
+        let j = Journal {
+            state_path,
+            undo: Vec::new(),
+        };
         j.persist()?;
         Ok(j)
     }
@@ -167,7 +182,13 @@ impl Journal {
         if old == value {
             return Ok(());
         }
-        self.apply(Undo::Write { path: path.to_path_buf(), value: old }, || write_value(path, value))
+        self.apply(
+            Undo::Write {
+                path: path.to_path_buf(),
+                value: old,
+            },
+            || write_value(path, value),
+        )
     }
 
     /// The recorded changes, oldest first.
@@ -208,7 +229,10 @@ impl Journal {
     fn persist_with(&self, extra: &[Undo]) -> Result<()> {
         let mut undo = extra.to_vec();
         undo.extend(self.undo.iter().cloned());
-        let state = State { pid: std::process::id(), undo };
+        let state = State {
+            pid: std::process::id(),
+            undo,
+        };
         let tmp = self.state_path.with_extension("tmp");
         let mut f = fs::File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
         f.write_all(&serde_json::to_vec_pretty(&state)?)?;
@@ -242,8 +266,12 @@ pub fn recover(dir: &Path) -> Result<Option<Recovered>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("read {}", state_path.display())),
     };
-    let state: State = serde_json::from_str(&text)
-        .with_context(|| format!("parse {} (remove it by hand if it is damaged)", state_path.display()))?;
+    let state: State = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "parse {} (remove it by hand if it is damaged)",
+            state_path.display()
+        )
+    })?;
     if state.pid != std::process::id() && pid_alive(state.pid) {
         bail!(
             "another kernel baseline run (pid {}) is in progress; its state is in {}",
@@ -252,17 +280,27 @@ pub fn recover(dir: &Path) -> Result<Option<Recovered>> {
         );
     }
     let undone = state.undo.len();
-    let mut j = Journal { state_path, undo: state.undo };
+    let mut j = Journal {
+        state_path,
+        undo: state.undo,
+    };
     let errors = j.restore();
     std::mem::forget(j);
-    Ok(Some(Recovered { pid: state.pid, undone, errors }))
+    Ok(Some(Recovered {
+        pid: state.pid,
+        undone,
+        errors,
+    }))
 }
 
 /// Is process `pid` running (and not a zombie)?
 fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state letter follows the parenthesised command name.
-        Ok(s) => s.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])).unwrap_or(false),
+        Ok(s) => s
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
+            .unwrap_or(false),
         Err(_) => false,
     }
 }
@@ -298,7 +336,10 @@ mod tests {
             j.set(&knob, "second").unwrap();
             // Same value again: not recorded.
             j.set(&knob, "second").unwrap();
-            j.apply(Undo::RemoveFile { path: made.clone() }, || Ok(fs::write(&made, "x")?)).unwrap();
+            j.apply(Undo::RemoveFile { path: made.clone() }, || {
+                Ok(fs::write(&made, "x")?)
+            })
+            .unwrap();
             assert_eq!(j.entries().len(), 3);
             assert_eq!(fs::read_to_string(&knob).unwrap(), "second");
             assert!(d.join(STATE_FILE).exists());
@@ -328,7 +369,10 @@ mod tests {
         let mut st: State = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
         st.pid = dead;
         fs::write(&path, serde_json::to_vec(&st).unwrap()).unwrap();
-        assert!(Journal::create(&d).is_err(), "a stale state file must block a new journal");
+        assert!(
+            Journal::create(&d).is_err(),
+            "a stale state file must block a new journal"
+        );
 
         let r = recover(&d).unwrap().expect("state was left");
         assert_eq!((r.pid, r.undone), (dead, 1));
@@ -341,8 +385,14 @@ mod tests {
     #[test]
     fn recover_refuses_while_the_owner_lives() {
         let d = tmpdir("live");
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let st = State { pid: child.id(), undo: vec![] };
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let st = State {
+            pid: child.id(),
+            undo: vec![],
+        };
         fs::write(d.join(STATE_FILE), serde_json::to_vec(&st).unwrap()).unwrap();
         let r = recover(&d);
         child.kill().unwrap();
@@ -356,10 +406,18 @@ mod tests {
         let d = tmpdir("fail");
         let mut j = Journal::create(&d).unwrap();
         let missing = d.join("no-such-dir").join("knob");
-        j.apply(Undo::Write { path: missing, value: "1".into() }, || Ok(())).unwrap();
+        j.apply(
+            Undo::Write {
+                path: missing,
+                value: "1".into(),
+            },
+            || Ok(()),
+        )
+        .unwrap();
         let errs = j.restore();
         assert_eq!(errs.len(), 1);
-        let st: State = serde_json::from_str(&fs::read_to_string(d.join(STATE_FILE)).unwrap()).unwrap();
+        let st: State =
+            serde_json::from_str(&fs::read_to_string(d.join(STATE_FILE)).unwrap()).unwrap();
         assert_eq!(st.undo.len(), 1);
         std::mem::forget(j);
         fs::remove_dir_all(&d).unwrap();

@@ -59,7 +59,8 @@ pub fn swapon(path: &Path, prio: i32) -> Result<()> {
     let flags = SWAP_FLAG_PREFER | (prio & SWAP_FLAG_PRIO_MASK);
     // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
     if unsafe { libc::swapon(c.as_ptr(), flags) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("swapon {}", path.display()));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("swapon {}", path.display()));
     }
     Ok(())
 }
@@ -68,7 +69,8 @@ pub fn swapoff(path: &Path) -> Result<()> {
     let c = cpath(path)?;
     // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
     if unsafe { libc::swapoff(c.as_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("swapoff {}", path.display()));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("swapoff {}", path.display()));
     }
     Ok(())
 }
@@ -88,28 +90,42 @@ pub fn active_swaps() -> Vec<(String, String)> {
 
 /// Where swap files go: on the root disk, named so a leftover is recognisable.
 pub fn swapfile_path() -> PathBuf {
-    PathBuf::from(format!("/var/tmp/uzswap-kernel-swap.{}", std::process::id()))
+    PathBuf::from(format!(
+        "/var/tmp/uzswap-kernel-swap.{}",
+        std::process::id()
+    ))
 }
 
 /// Create a swap file of `size_bytes` (allocated, no holes) and swap on it.
 pub fn setup_swapfile(j: &mut Journal, path: &Path, size_bytes: u64) -> Result<()> {
-    j.apply(Undo::RemoveFile { path: path.to_path_buf() }, || {
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .with_context(|| format!("create {}", path.display()))?;
-        let len = libc::off_t::try_from(size_bytes).context("swap file size")?;
-        // SAFETY: a valid open fd; fallocate only touches the file's blocks.
-        if unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, len) } != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("fallocate {} bytes for {}", size_bytes, path.display()));
-        }
-        drop(f);
-        write_header(path, size_bytes)
-    })?;
-    j.apply(Undo::Swapoff { path: path.to_path_buf() }, || swapon(path, PRIORITY))
+    j.apply(
+        Undo::RemoveFile {
+            path: path.to_path_buf(),
+        },
+        || {
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .with_context(|| format!("create {}", path.display()))?;
+            let len = libc::off_t::try_from(size_bytes).context("swap file size")?;
+            // SAFETY: a valid open fd; fallocate only touches the file's blocks.
+            if unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, len) } != 0 {
+                return Err(std::io::Error::last_os_error()).with_context(|| {
+                    format!("fallocate {} bytes for {}", size_bytes, path.display())
+                });
+            }
+            drop(f);
+            write_header(path, size_bytes)
+        },
+    )?;
+    j.apply(
+        Undo::Swapoff {
+            path: path.to_path_buf(),
+        },
+        || swapon(path, PRIORITY),
+    )
 }
 
 /// A zram device ready to swap on.
@@ -132,8 +148,12 @@ pub fn setup_zram(j: &mut Journal, algorithm: &str, size_bytes: u64) -> Result<Z
     }
     let free = (0..64u32).find(|d| {
         let p = PathBuf::from(format!("/sys/block/zram{d}/disksize"));
-        fs::read_to_string(&p).map(|s| s.trim() == "0").unwrap_or(false)
-            && !active_swaps().iter().any(|(n, _)| n == &format!("/dev/zram{d}"))
+        fs::read_to_string(&p)
+            .map(|s| s.trim() == "0")
+            .unwrap_or(false)
+            && !active_swaps()
+                .iter()
+                .any(|(n, _)| n == &format!("/dev/zram{d}"))
     });
     let dev = match free {
         Some(d) => d,
@@ -153,15 +173,30 @@ pub fn setup_zram(j: &mut Journal, algorithm: &str, size_bytes: u64) -> Result<Z
             id
         }
     };
-    let z = Zram { dev, path: PathBuf::from(format!("/dev/zram{dev}")) };
+    let z = Zram {
+        dev,
+        path: PathBuf::from(format!("/dev/zram{dev}")),
+    };
     let algs = fs::read_to_string(z.sys("comp_algorithm")).context("zram comp_algorithm")?;
-    if !algs.split_whitespace().any(|a| a.trim_matches(['[', ']']) == algorithm) {
-        bail!("zram{dev} has no compressor '{algorithm}' (it offers: {})", algs.trim());
+    if !algs
+        .split_whitespace()
+        .any(|a| a.trim_matches(['[', ']']) == algorithm)
+    {
+        bail!(
+            "zram{dev} has no compressor '{algorithm}' (it offers: {})",
+            algs.trim()
+        );
     }
     // Reset comes back first on restore (after swapoff), then the algorithm
     // can be set back: zram takes a new algorithm only while uninitialised.
     let old = read_setting(&z.sys("comp_algorithm"))?;
-    j.apply(Undo::Write { path: z.sys("comp_algorithm"), value: old }, || Ok(()))?;
+    j.apply(
+        Undo::Write {
+            path: z.sys("comp_algorithm"),
+            value: old,
+        },
+        || Ok(()),
+    )?;
     j.apply(Undo::ZramReset { dev }, || {
         super::settings::write_value(&z.sys("comp_algorithm"), algorithm)?;
         super::settings::write_value(&z.sys("disksize"), &size_bytes.to_string())
@@ -174,14 +209,22 @@ pub fn setup_zram(j: &mut Journal, algorithm: &str, size_bytes: u64) -> Result<Z
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     write_header(&z.path, size_bytes)?;
-    j.apply(Undo::Swapoff { path: z.path.clone() }, || swapon(&z.path, PRIORITY))?;
+    j.apply(
+        Undo::Swapoff {
+            path: z.path.clone(),
+        },
+        || swapon(&z.path, PRIORITY),
+    )?;
     Ok(z)
 }
 
 /// zram's mm_stat: orig_data_size, compr_data_size, mem_used_total,
 /// mem_limit, mem_used_max, same_pages, pages_compacted, huge_pages.
 pub fn parse_mm_stat(text: &str) -> Option<[u64; 6]> {
-    let v: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
     (v.len() >= 6).then(|| [v[0], v[1], v[2], v[3], v[4], v[5]])
 }
 
@@ -195,7 +238,10 @@ mod tests {
         assert_eq!(h.len(), PAGE);
         assert_eq!(&h[PAGE - 10..], b"SWAPSPACE2");
         assert_eq!(u32::from_ne_bytes(h[1024..1028].try_into().unwrap()), 1);
-        assert_eq!(u32::from_ne_bytes(h[1028..1032].try_into().unwrap()), (64 << 20) / 4096 - 1);
+        assert_eq!(
+            u32::from_ne_bytes(h[1028..1032].try_into().unwrap()),
+            (64 << 20) / 4096 - 1
+        );
         assert_eq!(u32::from_ne_bytes(h[1032..1036].try_into().unwrap()), 0);
         assert!(swap_header(4096).is_err());
     }
@@ -203,7 +249,10 @@ mod tests {
     #[test]
     fn mm_stat_parses() {
         let s = "  1048576   262144   300000        0   310000      12      0      0     0\n";
-        assert_eq!(parse_mm_stat(s), Some([1048576, 262144, 300000, 0, 310000, 12]));
+        assert_eq!(
+            parse_mm_stat(s),
+            Some([1048576, 262144, 300000, 0, 310000, 12])
+        );
         assert_eq!(parse_mm_stat("1 2"), None);
     }
 }

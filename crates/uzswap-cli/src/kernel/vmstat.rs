@@ -28,8 +28,12 @@ pub fn parse_kv(text: &str) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for line in text.lines() {
         let mut w = line.split_whitespace();
-        let (Some(k), Some(v)) = (w.next(), w.next()) else { continue };
-        let Ok(mut v) = v.parse::<u64>() else { continue };
+        let (Some(k), Some(v)) = (w.next(), w.next()) else {
+            continue;
+        };
+        let Ok(mut v) = v.parse::<u64>() else {
+            continue;
+        };
         if w.next() == Some("kB") {
             v *= 1024;
         }
@@ -64,11 +68,22 @@ impl Snapshot {
 
     /// What grew from `before` to `self`: the vmstat keys always (missing
     /// ones as 0), the mTHP stats where non-zero.
-    pub fn delta(&self, before: &Snapshot) -> (BTreeMap<String, u64>, BTreeMap<String, BTreeMap<String, u64>>) {
+    pub fn delta(
+        &self,
+        before: &Snapshot,
+    ) -> (
+        BTreeMap<String, u64>,
+        BTreeMap<String, BTreeMap<String, u64>>,
+    ) {
         let vm = VMSTAT_KEYS
             .iter()
             .map(|k| {
-                let d = self.vmstat.get(*k).copied().unwrap_or(0).saturating_sub(before.vmstat.get(*k).copied().unwrap_or(0));
+                let d = self
+                    .vmstat
+                    .get(*k)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(before.vmstat.get(*k).copied().unwrap_or(0));
                 (k.to_string(), d)
             })
             .collect();
@@ -124,11 +139,17 @@ mod tests {
     fn delta_reports_every_key_and_nonzero_mthp() {
         let mut a = Snapshot::default();
         a.vmstat.insert("pswpout".into(), 5);
-        a.mthp.insert("hugepages-64kB".into(), [("swpout".to_string(), 1), ("zswpout".to_string(), 2)].into());
+        a.mthp.insert(
+            "hugepages-64kB".into(),
+            [("swpout".to_string(), 1), ("zswpout".to_string(), 2)].into(),
+        );
         let mut b = a.clone();
         b.vmstat.insert("pswpout".into(), 12);
         b.vmstat.insert("zswpout".into(), 7);
-        b.mthp.get_mut("hugepages-64kB").unwrap().insert("zswpout".into(), 9);
+        b.mthp
+            .get_mut("hugepages-64kB")
+            .unwrap()
+            .insert("zswpout".into(), 9);
         let (vm, mthp) = b.delta(&a);
         assert_eq!(vm.len(), VMSTAT_KEYS.len());
         assert_eq!(vm["pswpout"], 7);
