@@ -13,7 +13,6 @@
 use std::sync::atomic::Ordering;
 
 use crate::handle::{decode, encode, Loc};
-use crate::span::NO_HANDLE;
 use crate::stats::CompactStats;
 use crate::ZsPool;
 
@@ -73,10 +72,9 @@ impl ZsPool {
 
             let src_base = inner.span(src).mem.as_ptr();
             for s in 0..objs {
-                let index = inner.span(src).owner[s as usize];
-                if index == NO_HANDLE {
+                let Some(index) = inner.span(src).owner(s) else {
                     continue;
-                }
+                };
                 let Some(dst) = inner.alloc_candidate() else {
                     break;
                 };
@@ -103,8 +101,7 @@ impl ZsPool {
                             old.size as usize,
                         );
                     }
-                    d.owner[ds as usize] = index;
-                    d.live += 1;
+                    d.fill_slot(ds, index);
                     (d.id, ds)
                 };
                 inner.regroup(dst, objs);

@@ -45,8 +45,12 @@ pub(crate) const MAX_SPAN_ID_BITS: u32 = SPAN_BITS;
 /// Largest number of handle indices (2^28: hundreds of GiB of objects).
 const INDEX_BITS: u32 = 28;
 const CHUNK_SHIFT: u32 = 14;
-/// A class keeps at most this many free indices before spilling half.
-const CLASS_CACHE_MAX: usize = 1024;
+/// A class keeps at most this many free indices before spilling half to
+/// the shared list, and refills this many at once from it. Small, because
+/// an index parked in one class's cache is table space no other class can
+/// use (about 150 classes).
+const CLASS_CACHE_MAX: usize = 64;
+const CLASS_CACHE_BATCH: usize = CLASS_CACHE_MAX / 2;
 
 /// Where an object lives now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +137,13 @@ impl HandleTable {
         if let Some(i) = cache.pop() {
             return Some(i);
         }
-        if let Some(i) = self.spill.lock().pop() {
+        {
+            let mut spill = self.spill.lock();
+            let n = spill.len().min(CLASS_CACHE_BATCH);
+            let from = spill.len() - n;
+            cache.extend(spill.drain(from..));
+        }
+        if let Some(i) = cache.pop() {
             return Some(i);
         }
         let cap = self.entries.capacity();
@@ -151,8 +161,7 @@ impl HandleTable {
     pub(crate) fn release_index(&self, cache: &mut Vec<u32>, index: u32) {
         cache.push(index);
         if cache.len() > CLASS_CACHE_MAX {
-            let keep = CLASS_CACHE_MAX / 2;
-            self.spill.lock().extend(cache.drain(keep..));
+            self.spill.lock().extend(cache.drain(CLASS_CACHE_BATCH..));
         }
     }
 

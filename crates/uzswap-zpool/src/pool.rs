@@ -111,8 +111,7 @@ impl ZsPool {
                     size,
                 );
             }
-            span.owner[slot as usize] = index;
-            span.live += 1;
+            span.fill_slot(slot, index);
             (span.id, slot)
         };
         inner.occupied += 1;
@@ -268,7 +267,7 @@ impl ZsPool {
         let readers = slot.lock.readers() != 0;
         let live = {
             let span = inner.span_mut(local);
-            debug_assert_eq!(span.owner[loc.slot as usize], index);
+            debug_assert_eq!(span.owner(loc.slot), Some(index));
             span.release_slot(loc.slot, readers);
             span.live
         };

@@ -264,7 +264,7 @@ impl ClassInner {
         self.spans
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.as_ref().is_some_and(|s| !s.deferred.is_empty()))
+            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.deferred() > 0))
             .map(|(l, _)| l as u32)
             .collect()
     }
@@ -291,12 +291,12 @@ impl ClassInner {
         self.spans
             .iter()
             .flatten()
-            .map(|s| s.deferred.len() as u64)
+            .map(|s| u64::from(s.deferred()))
             .sum()
     }
 
     pub(crate) fn meta_bytes(&self) -> u64 {
-        let spans: usize = self.spans.iter().flatten().map(SpanData::meta_bytes).sum();
+        let spans: usize = self.spans.iter().flatten().map(SpanData::heap_bytes).sum();
         (spans
             + self.spans.capacity() * std::mem::size_of::<Option<SpanData>>()
             + self.handle_cache.capacity() * 4) as u64
@@ -314,7 +314,6 @@ impl ClassInner {
     /// ids of its spans. `entry_of(index)` gives a handle index's entry word.
     pub(crate) fn check(&self, layout: ClassLayout, entry_of: impl Fn(u32) -> u64) -> Vec<u32> {
         use crate::handle::decode;
-        use crate::span::NO_HANDLE;
         let mut ids = Vec::new();
         let (mut objects, mut used, mut occupied, mut nspans) = (0u64, 0u64, 0u64, 0u64);
         for (local, s) in self.spans.iter().enumerate() {
@@ -329,13 +328,11 @@ impl ClassInner {
             );
             assert_eq!(self.groups[s.group as usize][s.pos as usize], local as u32);
             let mut live = 0;
-            for (slot, &index) in s.owner.iter().enumerate() {
-                if index == NO_HANDLE {
-                    continue;
-                }
+            for slot in 0..s.slots() {
+                let Some(index) = s.owner(slot) else { continue };
                 live += 1;
                 let (_, loc) = decode(entry_of(index)).expect("owner's entry is allocated");
-                assert_eq!((loc.span, loc.slot as usize), (s.id, slot));
+                assert_eq!((loc.span, loc.slot), (s.id, slot));
                 assert!(loc.size <= layout.size);
                 used += u64::from(loc.size);
             }

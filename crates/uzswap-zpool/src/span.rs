@@ -28,9 +28,6 @@ use crate::handle::MAX_SPAN_ID_BITS;
 use crate::table::ChunkedTable;
 use crate::AllocError;
 
-/// Owner value of a slot that holds no object.
-pub(crate) const NO_HANDLE: u32 = u32::MAX;
-
 /// One anonymous private mapping of whole pages, unmapped on drop.
 pub(crate) struct SpanMem {
     ptr: NonNull<u8>,
@@ -201,83 +198,129 @@ impl SpanTable {
     }
 }
 
-/// The class-locked half of a span.
+/// The class-locked half of a span, kept small (it is per span, outside
+/// `pool_total_size`): the mapping, and one word per slot that is either the
+/// handle index of the object there, a link in the span's free-slot list, or
+/// a deferred mark.
 pub(crate) struct SpanData {
     pub id: u32,
-    pub mem: SpanMem,
-    /// Objects stored.
-    pub live: u32,
-    /// Handle index per slot, `NO_HANDLE` when empty or deferred.
-    pub owner: Box<[u32]>,
-    /// Free slots, reusable now.
-    free: Vec<u16>,
-    /// Freed while a reader was present; reusable once the span has no readers.
-    pub deferred: Vec<u16>,
-    /// Slots never used yet, `next_unused..objs_per_span`.
-    next_unused: u32,
-    /// Fullness group and position in it (`group == NO_GROUP`: detached).
-    pub group: u8,
+    /// Position in its fullness list (`group == NO_GROUP`: detached).
     pub pos: u32,
+    pub mem: SpanMem,
+    owner: Box<[u32]>,
+    /// Objects stored.
+    pub live: u16,
+    /// Slots freed while a reader was present; reusable once the span has
+    /// been seen with no readers.
+    deferred: u16,
+    free_head: u16,
+    pub group: u8,
 }
 
 pub(crate) const NO_GROUP: u8 = u8::MAX;
+/// Slot word tags. Handle indices are below 2^28, so the top bits are free.
+const FREE: u32 = 1 << 31;
+const DEFERRED: u32 = 1 << 30;
+const TAGS: u32 = FREE | DEFERRED;
+const NIL: u16 = u16::MAX;
 
 impl SpanData {
     pub(crate) fn new(id: u32, mem: SpanMem, objs_per_span: u32) -> Self {
+        debug_assert!(objs_per_span >= 1 && objs_per_span < u32::from(NIL));
+        let owner = (0..objs_per_span)
+            .map(|s| {
+                FREE | if s + 1 < objs_per_span {
+                    s + 1
+                } else {
+                    u32::from(NIL)
+                }
+            })
+            .collect();
         Self {
             id,
-            mem,
-            live: 0,
-            owner: vec![NO_HANDLE; objs_per_span as usize].into_boxed_slice(),
-            free: Vec::new(),
-            deferred: Vec::new(),
-            next_unused: 0,
-            group: NO_GROUP,
             pos: 0,
+            mem,
+            owner,
+            live: 0,
+            deferred: 0,
+            free_head: 0,
+            group: NO_GROUP,
         }
     }
 
     /// Slots holding an object or waiting out a reader.
     pub(crate) fn occupied(&self) -> u32 {
-        self.live + self.deferred.len() as u32
+        u32::from(self.live) + u32::from(self.deferred)
     }
 
-    /// Take a reusable slot for a new object (`live` is the caller's to bump).
+    pub(crate) fn deferred(&self) -> u32 {
+        u32::from(self.deferred)
+    }
+
+    pub(crate) fn slots(&self) -> u32 {
+        self.owner.len() as u32
+    }
+
+    /// Handle index of the object in `slot`, if any.
+    pub(crate) fn owner(&self, slot: u32) -> Option<u32> {
+        let w = self.owner[slot as usize];
+        (w & TAGS == 0).then_some(w)
+    }
+
+    /// Take a reusable slot for a new object.
     pub(crate) fn take_slot(&mut self) -> Option<u32> {
-        if let Some(s) = self.free.pop() {
-            return Some(u32::from(s));
+        if self.free_head == NIL {
+            return None;
         }
-        if (self.next_unused as usize) < self.owner.len() {
-            self.next_unused += 1;
-            return Some(self.next_unused - 1);
-        }
-        None
+        let slot = u32::from(self.free_head);
+        let w = self.owner[slot as usize];
+        debug_assert_eq!(w & TAGS, FREE);
+        self.free_head = w as u16;
+        Some(slot)
+    }
+
+    /// Record the object (handle `index`) now stored in a taken slot.
+    pub(crate) fn fill_slot(&mut self, slot: u32, index: u32) {
+        debug_assert_eq!(index & TAGS, 0);
+        self.owner[slot as usize] = index;
+        self.live += 1;
+    }
+
+    fn push_free(&mut self, slot: u32) {
+        self.owner[slot as usize] = FREE | u32::from(self.free_head);
+        self.free_head = slot as u16;
     }
 
     /// Mark `slot` empty: reusable now, or deferred if a reader may still be
     /// looking at it.
     pub(crate) fn release_slot(&mut self, slot: u32, readers_present: bool) {
-        self.owner[slot as usize] = NO_HANDLE;
+        debug_assert!(self.owner(slot).is_some());
         self.live -= 1;
         if readers_present {
-            self.deferred.push(slot as u16);
+            self.owner[slot as usize] = DEFERRED;
+            self.deferred += 1;
         } else {
-            self.free.push(slot as u16);
+            self.push_free(slot);
         }
     }
 
     /// Make deferred slots reusable; the caller has seen the span with no
     /// readers after the frees. Returns how many.
     pub(crate) fn reclaim_deferred(&mut self) -> u32 {
-        let n = self.deferred.len() as u32;
-        self.free.append(&mut self.deferred);
+        let n = u32::from(self.deferred);
+        if n > 0 {
+            for slot in 0..self.slots() {
+                if self.owner[slot as usize] == DEFERRED {
+                    self.push_free(slot);
+                }
+            }
+            self.deferred = 0;
+        }
         n
     }
 
-    /// Out-of-line bookkeeping bytes of this span.
-    pub(crate) fn meta_bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.owner.len() * 4
-            + (self.free.capacity() + self.deferred.capacity()) * 2
+    /// Heap bytes this span's bookkeeping holds besides the struct itself.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.owner.len() * std::mem::size_of::<u32>()
     }
 }
