@@ -18,6 +18,9 @@ pub mod region;
 pub mod zswap;
 
 pub use pattern::Pattern;
+pub use region::{
+    Advice, Config as UzswapConfig, HandlerMode, Region, RegionError, Uzswap, UzswapStats,
+};
 pub use zswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, ZswapStats};
 
 /// 4 KiB, the unit of every layer.

@@ -1,2 +1,668 @@
-//! The front end: userfaultfd regions, the fault handler, the evictor, the
-//! budget. (Front-end helper.)
+//! The front end: userfaultfd regions, the fault handler, the evictor and the
+//! memory budget.
+//!
+//! A [`Uzswap`] instance owns one userfaultfd, one [`Zswap`] cache, one
+//! budget and the figures. [`Region`]s are anonymous mappings registered with
+//! that userfaultfd for missing and write-protect faults. Memory is handled
+//! in *chunks* of one folio (`PAGE_SIZE << folio_order`, aligned within the
+//! region): a fault installs its whole chunk with one `UFFDIO_COPY`, and the
+//! evictor stores whole chunks with one `store_folio`.
+//!
+//! # Per-chunk state machine (`chunk.rs`; one `AtomicU32` per chunk)
+//!
+//! ```text
+//!   UNTOUCHED --missing fault: zero-fill (BUSY)--------------> RESIDENT
+//!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
+//!   STORED    --missing read fault, keep_copy: load keeping
+//!               the pool copy, install write-protected (BUSY)-> CLEAN
+//!   CLEAN     --write-protect fault: drop pool copy, unprotect (BUSY)-> RESIDENT
+//!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
+//!   CLEAN     --evict: zap only, pool already holds it (EVICTING)-> STORED
+//!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
+//! ```
+//! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
+//! or the evictor) holds the chunk and is the only one to leave the state.
+//! A fault that finds a chunk owned sets WAITER and returns at once (handler
+//! threads never block on a chunk); the owner, on leaving, wakes the chunk's
+//! range. A woken write on a chunk that became STORED retries, takes a
+//! missing fault and is served from the pool: the write lands on the stored
+//! copy, never in the gap between read-out and zap (DESIGN.md, eviction
+//! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN implies
+//! mapped, write-protected and pool copy present; STORED implies unmapped and
+//! every page of the chunk in the cache.
+//!
+//! # Budget
+//! `resident bytes + zswap.pool_total_size() <= budget`. A chunk is charged
+//! when installed and uncharged right after its store succeeds, so the store
+//! is charged by its delta (compressed size minus chunk size), never twice.
+//! Above the high watermark the fault handler kicks the evictor thread, which
+//! evicts batches until usage is under the low watermark. The handler evicts
+//! inline only when installing would overshoot the budget by more than one
+//! batch, so usage never exceeds `budget + batch`.
+//!
+//! # Lock order
+//! `evict_lock` (one eviction batch at a time) → `RegionInner::live` (read:
+//! the region's memory and state stay valid while held; write: region
+//! teardown). The `regions` map lock is only ever held alone, to look up or
+//! snapshot regions. Chunk states are atomics, never locks.
+//!
+//! # Drop order
+//! Regions and the instance may be dropped in any order: each [`Region`]
+//! holds the instance's threads alive, and the threads stop (joined) when
+//! the instance handle and every region are gone. Dropping a region
+//! unregisters and unmaps it and invalidates every page it had stored.
+
+mod chunk;
+mod evict;
+mod fault;
+mod latency;
+mod uffd_sys;
+
+pub use latency::LatencySummary;
+pub use uffd_sys::OpenPath;
+
+use crate::zswap::{SwapEntry, Zswap, ZswapConfig, ZswapError, ZswapStats};
+use crate::{MAX_ORDER, PAGE_SIZE};
+use latency::Histogram;
+use parking_lot::{Condvar, Mutex, RwLock};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+use userfaultfd::{IoctlFlags, RegisterMode, Uffd};
+
+/// How a handler thread waits for the next fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandlerMode {
+    /// Sleep in `poll(2)` until a fault arrives.
+    Block,
+    /// Poll the descriptor without sleeping for this many microseconds after
+    /// the last fault before sleeping: saves the wake-up on fault bursts at
+    /// the cost of a busy CPU.
+    Spin { micros: u32 },
+}
+
+/// Instance settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Resident bytes plus pool bytes may not exceed this (`u64::MAX`: no
+    /// budget, nothing is evicted unless hinted).
+    pub budget: u64,
+    /// Chunk size is `PAGE_SIZE << folio_order` (0..=9).
+    pub folio_order: u32,
+    /// The cache below (compressor, engine workers, pool limit...).
+    pub zswap: ZswapConfig,
+    pub handler: HandlerMode,
+    /// Fault handler threads reading the one userfaultfd.
+    pub handler_threads: usize,
+    /// Bytes per eviction batch (0: budget/32 clamped to 1 chunk..8 MiB).
+    pub evict_batch_bytes: u64,
+    /// Read faults on stored chunks keep the pool copy and install the chunk
+    /// write-protected, so evicting it again costs no compression if it was
+    /// not written. Costs a write-protect fault on the first write.
+    pub keep_copy: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            budget: u64::MAX,
+            folio_order: 4,
+            zswap: ZswapConfig {
+                store_incompressible: true,
+                ..ZswapConfig::default()
+            },
+            handler: HandlerMode::Block,
+            handler_threads: 1,
+            evict_batch_bytes: 0,
+            keep_copy: true,
+        }
+    }
+}
+
+/// A program's hint about a range of a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Make the chunks the first candidates for eviction.
+    Cold,
+    /// Evict the chunks now (they are stored and unmapped on return, unless
+    /// the store is refused).
+    PageOut,
+    /// Bring stored chunks back now, ahead of the accesses.
+    WillNeed,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    #[error("userfaultfd unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Zswap(#[from] ZswapError),
+    #[error("invalid setting: {0}")]
+    Config(String),
+    #[error("{0}")]
+    Os(String),
+}
+
+/// The front end's figures plus the cache's (flattened, so `zswpout`,
+/// `zswpin`, `hugepages-<N>kB`... sit at the top level).
+#[derive(Clone, Debug, Serialize)]
+pub struct UzswapStats {
+    pub budget_bytes: u64,
+    pub chunk_bytes: u64,
+    pub evict_batch_bytes: u64,
+    pub high_wmark_bytes: u64,
+    pub low_wmark_bytes: u64,
+    pub resident_bytes: u64,
+    /// Largest resident + pool seen at any charge point.
+    pub peak_bytes: u64,
+    pub uffd_open: OpenPath,
+    pub handler: HandlerMode,
+    /// Faults resolved by zero-filling a never-touched chunk.
+    pub faults_zero: u64,
+    /// Faults served from the pool (vmstat pgmajfault).
+    pub pgmajfault: u64,
+    /// Write-protect faults that re-armed a clean chunk for writing.
+    pub faults_wp: u64,
+    /// Chunks installed ahead of use by `Advice::WillNeed`.
+    pub prefetched: u64,
+    /// Faults that found their chunk owned and parked until it was released.
+    pub faults_parked: u64,
+    /// Fault events already resolved by the time they were read.
+    pub faults_stale: u64,
+    pub fault_errors: u64,
+    /// Chunks evicted (stored + zapped), and how many of them were clean
+    /// drops (no compression).
+    pub evicted_chunks: u64,
+    pub evicted_clean: u64,
+    /// Stores refused (the chunk stayed resident).
+    pub evict_aborts: u64,
+    pub evict_batches: u64,
+    /// Batches the fault handler ran itself to hold the budget.
+    pub evict_inline_batches: u64,
+    pub workingset_refault: u64,
+    pub workingset_activate: u64,
+    /// Service time (event read to install) of faults served from the pool.
+    pub fault_latency_us: LatencySummary,
+    pub zero_fill_latency_us: LatencySummary,
+    #[serde(flatten)]
+    pub zswap: ZswapStats,
+}
+
+#[derive(Default)]
+struct Counters {
+    faults_zero: AtomicU64,
+    pgmajfault: AtomicU64,
+    faults_wp: AtomicU64,
+    prefetched: AtomicU64,
+    faults_parked: AtomicU64,
+    faults_stale: AtomicU64,
+    fault_errors: AtomicU64,
+    evicted_chunks: AtomicU64,
+    evicted_clean: AtomicU64,
+    evict_aborts: AtomicU64,
+    evict_batches: AtomicU64,
+    evict_inline_batches: AtomicU64,
+    workingset_refault: AtomicU64,
+    workingset_activate: AtomicU64,
+}
+
+/// One registered mapping.
+struct RegionInner {
+    id: u32,
+    base: usize,
+    len: usize,
+    /// Chunk states (`chunk.rs`).
+    state: Box<[AtomicU32]>,
+    /// Eviction time (low 32 bits of `Shared::evict_clock`) of each stored
+    /// chunk: the workingset shadow.
+    shadow: Box<[AtomicU32]>,
+    /// False once teardown began. Read-held by anyone touching the memory
+    /// or the chunk states with side effects.
+    live: RwLock<bool>,
+}
+
+impl RegionInner {
+    fn chunk_addr(&self, ci: usize, chunk: usize) -> usize {
+        self.base + ci * chunk
+    }
+}
+
+/// State shared by the handles and the threads.
+struct Shared {
+    cfg: Config,
+    chunk: usize,
+    order: u32,
+    batch_bytes: u64,
+    high: u64,
+    low: u64,
+    zswap: Zswap,
+    uffd: Uffd,
+    open_path: OpenPath,
+    /// Region start address → region.
+    regions: RwLock<BTreeMap<usize, Arc<RegionInner>>>,
+    next_region: AtomicU32,
+    resident: AtomicU64,
+    peak: AtomicU64,
+    /// Chunks evicted so far: the workingset clock.
+    evict_clock: AtomicU64,
+    evict_lock: Mutex<evict::Clock>,
+    kick: Mutex<bool>,
+    kick_cv: Condvar,
+    evictor_busy: AtomicBool,
+    /// Eviction is futile until this many ns after `epoch` (see evict.rs).
+    futile_until: AtomicU64,
+    epoch: Instant,
+    stop: AtomicBool,
+    stop_fd: i32,
+    ctr: Counters,
+    lat_pool: Histogram,
+    lat_zero: Histogram,
+    /// A chunk of zeros, the source of zero-fill installs.
+    zeros: Vec<u8>,
+}
+
+impl Shared {
+    fn usage(&self) -> u64 {
+        self.resident.load(Relaxed) + self.zswap.pool_total_size()
+    }
+
+    fn note_peak(&self) {
+        self.peak.fetch_max(self.usage(), Relaxed);
+    }
+
+    fn lookup(&self, addr: usize) -> Option<Arc<RegionInner>> {
+        let map = self.regions.read();
+        let (_, r) = map.range(..=addr).next_back()?;
+        (addr < r.base + r.len).then(|| r.clone())
+    }
+
+    fn snapshot_regions(&self) -> Vec<Arc<RegionInner>> {
+        self.regions.read().values().cloned().collect()
+    }
+
+    fn entry(&self, r: &RegionInner, ci: usize) -> SwapEntry {
+        SwapEntry::new(r.id, (ci as u64) << self.order)
+    }
+
+    fn wake(&self, addr: usize, len: usize) {
+        // Nothing to do on failure: the range is gone (region torn down).
+        let _ = self.uffd.wake(addr as *mut libc::c_void, len);
+    }
+}
+
+/// Keeps the threads running; the last handle (instance or region) to go
+/// stops and joins them.
+struct Owner {
+    sh: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.sh.stop.store(true, SeqCst);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from `one` to our eventfd.
+        let _ = unsafe { libc::write(self.sh.stop_fd, &one as *const u64 as *const _, 8) };
+        {
+            let mut k = self.sh.kick.lock();
+            *k = true;
+            self.sh.kick_cv.notify_all();
+        }
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        // SAFETY: the eventfd is ours and every thread using it has exited.
+        unsafe { libc::close(self.sh.stop_fd) };
+    }
+}
+
+/// A uzswap instance: the budget, the cache, the fault handler and evictor.
+pub struct Uzswap {
+    owner: Arc<Owner>,
+}
+
+impl Uzswap {
+    pub fn new(cfg: Config) -> Result<Uzswap, RegionError> {
+        if cfg.folio_order > MAX_ORDER {
+            return Err(RegionError::Config(format!(
+                "folio order {} out of range 0..={MAX_ORDER}",
+                cfg.folio_order
+            )));
+        }
+        if cfg.handler_threads == 0 || cfg.handler_threads > 64 {
+            return Err(RegionError::Config("handler_threads must be 1..=64".into()));
+        }
+        let chunk = PAGE_SIZE << cfg.folio_order;
+        let (uffd, open_path) = uffd_sys::open()?;
+        let zswap = Zswap::new(cfg.zswap.clone())?;
+        let batch_bytes = if cfg.evict_batch_bytes > 0 {
+            cfg.evict_batch_bytes
+        } else if cfg.budget == u64::MAX {
+            8 << 20
+        } else {
+            (cfg.budget / 32).min(8 << 20)
+        };
+        let batch_bytes = batch_bytes.max(chunk as u64).next_multiple_of(chunk as u64);
+        let (high, low) = if cfg.budget == u64::MAX {
+            (u64::MAX, u64::MAX)
+        } else {
+            let high = cfg.budget.saturating_sub(batch_bytes.max(cfg.budget / 32));
+            (high, high.saturating_sub(2 * batch_bytes))
+        };
+        // SAFETY: eventfd takes only an initial value and flags.
+        let stop_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if stop_fd < 0 {
+            return Err(RegionError::Os(format!(
+                "eventfd: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let sh = Arc::new(Shared {
+            chunk,
+            order: cfg.folio_order,
+            batch_bytes,
+            high,
+            low,
+            zswap,
+            uffd,
+            open_path,
+            regions: RwLock::new(BTreeMap::new()),
+            next_region: AtomicU32::new(1),
+            resident: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            evict_clock: AtomicU64::new(0),
+            evict_lock: Mutex::new(evict::Clock::default()),
+            kick: Mutex::new(false),
+            kick_cv: Condvar::new(),
+            evictor_busy: AtomicBool::new(false),
+            futile_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+            stop: AtomicBool::new(false),
+            stop_fd,
+            ctr: Counters::default(),
+            lat_pool: Histogram::default(),
+            lat_zero: Histogram::default(),
+            zeros: vec![0u8; chunk],
+            cfg,
+        });
+        let owner = Arc::new(Owner {
+            sh: sh.clone(),
+            threads: Mutex::new(Vec::new()),
+        });
+        let mut threads = Vec::new();
+        for i in 0..sh.cfg.handler_threads {
+            let s = sh.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("uzswap-fault{i}"))
+                    .spawn(move || fault::handler_loop(&s))
+                    .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
+            );
+        }
+        if sh.cfg.budget != u64::MAX {
+            let s = sh.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("uzswap-evict".into())
+                    .spawn(move || evict::evictor_loop(&s))
+                    .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
+            );
+        }
+        *owner.threads.lock() = threads;
+        Ok(Uzswap { owner })
+    }
+
+    /// A new region of at least `len` bytes (rounded up to whole chunks),
+    /// reading as zeros until written.
+    pub fn region(&self, len: usize) -> Result<Region, RegionError> {
+        let sh = &self.owner.sh;
+        let chunk = sh.chunk;
+        if len == 0 {
+            return Err(RegionError::Config("region length 0".into()));
+        }
+        let len = len
+            .checked_next_multiple_of(chunk)
+            .ok_or_else(|| RegionError::Config("region length overflows".into()))?;
+        let npages = (len / PAGE_SIZE) as u64;
+        if npages >= 1 << SwapEntry::INDEX_BITS {
+            return Err(RegionError::Config(format!(
+                "region of {len} bytes is too large"
+            )));
+        }
+        let id = sh.next_region.fetch_add(1, Relaxed);
+        if id >= 1 << 24 {
+            return Err(RegionError::Config("out of region ids".into()));
+        }
+        // Over-map by one chunk so the region starts chunk-aligned.
+        let map_len = len + chunk;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is
+        // affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(RegionError::Os(format!(
+                "mmap {len}: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let raw = p as usize;
+        let base = raw.next_multiple_of(chunk);
+        // SAFETY: both trims lie inside the mapping we just made and nothing
+        // references them.
+        unsafe {
+            if base > raw {
+                libc::munmap(raw as *mut _, base - raw);
+            }
+            let end = base + len;
+            if raw + map_len > end {
+                libc::munmap(end as *mut _, raw + map_len - end);
+            }
+            // Faults are resolved by whole chunks of 4 KiB pages; khugepaged
+            // collapsing them would only copy memory behind our back.
+            libc::madvise(base as *mut _, len, libc::MADV_NOHUGEPAGE);
+        }
+        let reg = sh.uffd.register_with_mode(
+            base as *mut _,
+            len,
+            RegisterMode::MISSING | RegisterMode::WRITE_PROTECT,
+        );
+        let ioctls = match reg {
+            Ok(i) => i,
+            Err(e) => {
+                // SAFETY: unmapping the region we mapped; nothing else uses it.
+                unsafe { libc::munmap(base as *mut _, len) };
+                return Err(RegionError::Unavailable(format!(
+                    "UFFDIO_REGISTER (missing + write-protect): {e}"
+                )));
+            }
+        };
+        let need = IoctlFlags::COPY | IoctlFlags::WAKE | IoctlFlags::WRITE_PROTECT;
+        if !ioctls.contains(need) {
+            let _ = sh.uffd.unregister(base as *mut _, len);
+            // SAFETY: as above.
+            unsafe { libc::munmap(base as *mut _, len) };
+            return Err(RegionError::Unavailable(format!(
+                "registered range lacks ioctls {:?} (anonymous write-protect unsupported?)",
+                need.difference(ioctls)
+            )));
+        }
+        let nchunks = len / chunk;
+        let inner = Arc::new(RegionInner {
+            id,
+            base,
+            len,
+            state: (0..nchunks)
+                .map(|_| AtomicU32::new(chunk::UNTOUCHED))
+                .collect(),
+            shadow: (0..nchunks).map(|_| AtomicU32::new(0)).collect(),
+            live: RwLock::new(true),
+        });
+        sh.regions.write().insert(base, inner.clone());
+        Ok(Region {
+            owner: self.owner.clone(),
+            inner,
+        })
+    }
+
+    pub fn stats(&self) -> UzswapStats {
+        stats_of(&self.owner.sh)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.owner.sh.cfg
+    }
+
+    pub fn chunk_bytes(&self) -> usize {
+        self.owner.sh.chunk
+    }
+
+    /// Resident plus pool bytes now.
+    pub fn usage(&self) -> u64 {
+        self.owner.sh.usage()
+    }
+
+    /// The cache below.
+    pub fn zswap(&self) -> &Zswap {
+        &self.owner.sh.zswap
+    }
+}
+
+fn stats_of(sh: &Shared) -> UzswapStats {
+    let g = |c: &AtomicU64| c.load(Relaxed);
+    let c = &sh.ctr;
+    UzswapStats {
+        budget_bytes: sh.cfg.budget,
+        chunk_bytes: sh.chunk as u64,
+        evict_batch_bytes: sh.batch_bytes,
+        high_wmark_bytes: sh.high,
+        low_wmark_bytes: sh.low,
+        resident_bytes: g(&sh.resident),
+        peak_bytes: g(&sh.peak),
+        uffd_open: sh.open_path,
+        handler: sh.cfg.handler,
+        faults_zero: g(&c.faults_zero),
+        pgmajfault: g(&c.pgmajfault),
+        faults_wp: g(&c.faults_wp),
+        prefetched: g(&c.prefetched),
+        faults_parked: g(&c.faults_parked),
+        faults_stale: g(&c.faults_stale),
+        fault_errors: g(&c.fault_errors),
+        evicted_chunks: g(&c.evicted_chunks),
+        evicted_clean: g(&c.evicted_clean),
+        evict_aborts: g(&c.evict_aborts),
+        evict_batches: g(&c.evict_batches),
+        evict_inline_batches: g(&c.evict_inline_batches),
+        workingset_refault: g(&c.workingset_refault),
+        workingset_activate: g(&c.workingset_activate),
+        fault_latency_us: sh.lat_pool.summary(),
+        zero_fill_latency_us: sh.lat_zero.summary(),
+        zswap: sh.zswap.stats(),
+    }
+}
+
+/// Memory under uzswap. Reads as zeros until written; may be read and
+/// written from any thread through [`Region::as_ptr`].
+pub struct Region {
+    owner: Arc<Owner>,
+    inner: Arc<RegionInner>,
+}
+
+impl Region {
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.base as *mut u8
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    pub fn id(&self) -> u32 {
+        self.inner.id
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is live for as long as `self`, readable, and
+        // every access is resolved by the fault handler.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len()) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes this the only slice.
+        unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
+    }
+
+    /// Hint about the bytes `range` (widened to whole chunks).
+    pub fn advise(&self, range: Range<usize>, advice: Advice) -> Result<(), RegionError> {
+        if range.start > range.end || range.end > self.len() {
+            return Err(RegionError::Config(format!(
+                "range {range:?} outside region of {} bytes",
+                self.len()
+            )));
+        }
+        let sh = &self.owner.sh;
+        let chunks = range.start / sh.chunk..range.end.div_ceil(sh.chunk);
+        match advice {
+            Advice::Cold => {
+                for ci in chunks {
+                    chunk::update_flags(&self.inner.state[ci], chunk::REF | chunk::ACTIVE, 0);
+                }
+                Ok(())
+            }
+            Advice::PageOut => {
+                evict::page_out(sh, &self.inner, chunks);
+                Ok(())
+            }
+            Advice::WillNeed => fault::will_need(sh, &self.inner, chunks),
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let sh = &self.owner.sh;
+        let r = &self.inner;
+        // Wait for the evictor or a resolver working on this region, then
+        // keep them out.
+        *r.live.write() = false;
+        sh.regions.write().remove(&r.base);
+        let mut resident = 0u64;
+        for s in r.state.iter() {
+            // EVICTING: picked by an evictor that will see `live` false and
+            // leave the chunk (and its charge) to us.
+            let st = chunk::state(s.load(Acquire));
+            if matches!(st, chunk::RESIDENT | chunk::CLEAN | chunk::EVICTING) {
+                resident += sh.chunk as u64;
+            }
+        }
+        sh.resident.fetch_sub(resident, Relaxed);
+        let _ = sh.uffd.unregister(r.base as *mut _, r.len);
+        // SAFETY: the region's mapping; `self` was its only owner and no
+        // thread of ours touches it any more (live is false).
+        unsafe { libc::munmap(r.base as *mut _, r.len) };
+        sh.zswap
+            .invalidate_range(SwapEntry::new(r.id, 0), (r.len / PAGE_SIZE) as u64);
+    }
+}
+
+/// The descriptor the handler polls, for `poll(2)`.
+fn uffd_fd(sh: &Shared) -> i32 {
+    sh.uffd.as_raw_fd()
+}

@@ -1,0 +1,94 @@
+//! The per-chunk state word: one `AtomicU32` per chunk in a dense array per
+//! region. The low 3 bits are the state (see the machine in `region`'s top
+//! comment); the flag bits above them ride along and are updated with the
+//! same compare-and-swap, so a state change never loses a flag.
+
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+pub const UNTOUCHED: u32 = 0;
+/// Mapped, writable, authoritative.
+pub const RESIDENT: u32 = 1;
+/// Mapped write-protected, and the pool holds an identical copy (loaded
+/// with keep-copy, not written since): eviction just drops the pages.
+pub const CLEAN: u32 = 2;
+/// Owned by an evictor: write-protected, being stored, then zapped.
+pub const EVICTING: u32 = 3;
+/// Not mapped; the pool (or what it wrote back) is authoritative.
+pub const STORED: u32 = 4;
+/// Owned by a fault resolver or a hint: being installed or re-armed.
+pub const BUSY: u32 = 5;
+pub const STATE_MASK: u32 = 0x7;
+
+/// Referenced: set when the chunk is faulted in; CLOCK clears it once
+/// before the chunk becomes a victim.
+pub const REF: u32 = 1 << 3;
+/// Activated by a workingset refault: survives one more CLOCK pass.
+pub const ACTIVE: u32 = 1 << 4;
+/// A faulting thread is parked on this chunk: whoever ends the BUSY or
+/// EVICTING state must wake the chunk's range.
+pub const WAITER: u32 = 1 << 5;
+/// Its last store was refused (poor compression, pool limit): skip it for
+/// one CLOCK pass so the evictor does not spin on it.
+pub const REJECTED: u32 = 1 << 6;
+
+#[inline]
+pub fn state(w: u32) -> u32 {
+    w & STATE_MASK
+}
+
+/// Try to move `c` from state `from` to state `to`, keeping the flags,
+/// clearing `clear` and setting `set`. Returns the previous word on success.
+#[inline]
+pub fn transition(c: &AtomicU32, from: u32, to: u32, clear: u32, set: u32) -> Result<u32, u32> {
+    let mut cur = c.load(Acquire);
+    loop {
+        if state(cur) != from {
+            return Err(cur);
+        }
+        let new = ((cur & !STATE_MASK & !clear) | set) | to;
+        match c.compare_exchange_weak(cur, new, AcqRel, Acquire) {
+            Ok(prev) => return Ok(prev),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Leave an owned state (BUSY or EVICTING) for `to`, returning whether a
+/// waiter had parked (the caller must then wake the chunk's range).
+#[inline]
+pub fn release(c: &AtomicU32, to: u32, clear: u32, set: u32) -> bool {
+    let mut cur = c.load(Acquire);
+    loop {
+        debug_assert!(
+            matches!(state(cur), BUSY | EVICTING),
+            "release from {cur:#x}"
+        );
+        let new = ((cur & !STATE_MASK & !clear & !WAITER) | set) | to;
+        match c.compare_exchange_weak(cur, new, AcqRel, Acquire) {
+            Ok(prev) => return prev & WAITER != 0,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Mark a waiter on `c` if it is still in an owned state. Returns the word
+/// seen when it was not (the caller re-examines it).
+#[inline]
+pub fn park(c: &AtomicU32) -> Result<(), u32> {
+    let mut cur = c.load(Acquire);
+    loop {
+        if !matches!(state(cur), BUSY | EVICTING) {
+            return Err(cur);
+        }
+        match c.compare_exchange_weak(cur, cur | WAITER, AcqRel, Acquire) {
+            Ok(_) => return Ok(()),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Set or clear flag bits without touching the state.
+#[inline]
+pub fn update_flags(c: &AtomicU32, clear: u32, set: u32) {
+    let _ = c.fetch_update(AcqRel, Acquire, |w| Some((w & !clear) | set));
+}

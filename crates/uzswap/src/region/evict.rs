@@ -1,0 +1,364 @@
+//! The evictor: picks cold chunks by CLOCK and evicts them in batches with
+//! the race-free protocol: write-protect → read → store (batch-compressed by
+//! the cache's engine) → `MADV_DONTNEED` → STORED. A refused store puts the
+//! chunk back to RESIDENT (unprotected, still charged).
+//!
+//! CLOCK: the fault is the only reference signal userspace gets for free, so
+//! a chunk is REF when installed; the hand clears REF, then ACTIVE (set by a
+//! workingset refault), then REJECTED (a refused store), and takes a chunk
+//! that has none. Clean chunks (pool copy kept) are taken like any other and
+//! cost only a zap.
+//!
+//! Locking: `evict_lock` holds the CLOCK hand and serialises batches (the
+//! evictor thread's, the fault handler's backstop, `PageOut` hints). Inside
+//! it, a region's `live` lock is read-held while its chunks are scanned or
+//! evicted. Nothing here waits for a fault handler.
+
+use super::chunk::{self, *};
+use super::{RegionInner, Shared};
+use std::ops::Range;
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The CLOCK hand: region base address and chunk index.
+#[derive(Default)]
+pub(super) struct Clock {
+    base: usize,
+    ci: usize,
+}
+
+struct Victim {
+    r: Arc<RegionInner>,
+    ci: usize,
+    clean: bool,
+}
+
+/// A batch that frees less than this fraction of its size is futile (the
+/// data does not compress, or nothing is evictable): stop trying for a while
+/// instead of burning CPU on it.
+const FUTILE_DIVISOR: i64 = 8;
+const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
+
+fn futile(sh: &Shared) -> bool {
+    (sh.epoch.elapsed().as_nanos() as u64) < sh.futile_until.load(Relaxed)
+}
+
+fn set_futile(sh: &Shared) {
+    let until = (sh.epoch.elapsed() + FUTILE_BACKOFF).as_nanos() as u64;
+    sh.futile_until.store(until, Relaxed);
+}
+
+/// Called after a chunk is installed: wake the evictor above the high
+/// watermark.
+pub(super) fn maybe_kick(sh: &Shared) {
+    if sh.usage() > sh.high && !sh.evictor_busy.load(Relaxed) && !futile(sh) {
+        let mut k = sh.kick.lock();
+        if !*k {
+            *k = true;
+            sh.kick_cv.notify_one();
+        }
+    }
+}
+
+/// Called by the fault handler before installing a chunk: if that would
+/// overshoot the budget by more than one batch, evict inline (after any
+/// batch in flight, which holds `evict_lock`).
+pub(super) fn backstop(sh: &Shared) {
+    let limit = sh.cfg.budget.saturating_add(sh.batch_bytes);
+    if sh.usage() + sh.chunk as u64 <= limit || futile(sh) {
+        return;
+    }
+    let mut clock = sh.evict_lock.lock();
+    while sh.usage() + sh.chunk as u64 > limit {
+        sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
+        let freed = evict_batch(sh, &mut clock);
+        if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR {
+            set_futile(sh);
+            break;
+        }
+    }
+}
+
+pub(super) fn evictor_loop(sh: &Shared) {
+    loop {
+        {
+            let mut k = sh.kick.lock();
+            while !*k && !sh.stop.load(Acquire) {
+                // The timeout catches usage that rose without a kick (a
+                // kick skipped while futile).
+                let timed_out = sh
+                    .kick_cv
+                    .wait_for(&mut k, Duration::from_millis(50))
+                    .timed_out();
+                if timed_out && sh.usage() > sh.high && !futile(sh) {
+                    break;
+                }
+            }
+            *k = false;
+        }
+        if sh.stop.load(Acquire) {
+            return;
+        }
+        sh.evictor_busy.store(true, Relaxed);
+        while sh.usage() > sh.low && !sh.stop.load(Acquire) {
+            let freed = {
+                let mut clock = sh.evict_lock.lock();
+                evict_batch(sh, &mut clock)
+            };
+            if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR {
+                set_futile(sh);
+                break;
+            }
+        }
+        sh.evictor_busy.store(false, Relaxed);
+    }
+}
+
+/// Pick one batch by CLOCK and evict it. Returns the bytes of usage it
+/// freed (resident bytes uncharged minus pool growth).
+fn evict_batch(sh: &Shared, clock: &mut Clock) -> i64 {
+    let want = (sh.batch_bytes / sh.chunk as u64).max(1) as usize;
+    let regions = sh.snapshot_regions();
+    let victims = select(clock, &regions, want);
+    if victims.is_empty() {
+        return 0;
+    }
+    sh.ctr.evict_batches.fetch_add(1, Relaxed);
+    run_protocol(sh, victims)
+}
+
+fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: usize) -> Vec<Victim> {
+    let mut out = Vec::with_capacity(want);
+    let total: usize = regions.iter().map(|r| r.state.len()).sum();
+    if total == 0 {
+        return out;
+    }
+    // Each chunk can need four visits: REF, ACTIVE, REJECTED, then taken.
+    let mut budget = 4 * total + 1;
+    let mut ri = regions
+        .iter()
+        .position(|r| r.base >= clock.base)
+        .unwrap_or(0);
+    if regions[ri].base != clock.base {
+        clock.ci = 0;
+    }
+    while budget > 0 && out.len() < want {
+        let r = &regions[ri];
+        let live = r.live.read();
+        if *live {
+            while clock.ci < r.state.len() && budget > 0 && out.len() < want {
+                budget -= 1;
+                let ci = clock.ci;
+                clock.ci += 1;
+                let s = &r.state[ci];
+                let w = s.load(Acquire);
+                let st = chunk::state(w);
+                if st != RESIDENT && st != CLEAN {
+                    continue;
+                }
+                let clear = if w & REF != 0 {
+                    REF
+                } else if w & ACTIVE != 0 {
+                    ACTIVE
+                } else if w & REJECTED != 0 {
+                    REJECTED
+                } else {
+                    0
+                };
+                if clear != 0 {
+                    let _ = chunk::transition(s, st, st, clear, 0);
+                    continue;
+                }
+                if chunk::transition(s, st, EVICTING, 0, 0).is_ok() {
+                    out.push(Victim {
+                        r: r.clone(),
+                        ci,
+                        clean: st == CLEAN,
+                    });
+                }
+            }
+        } else {
+            budget = budget.saturating_sub(r.state.len());
+        }
+        drop(live);
+        if clock.ci >= r.state.len() {
+            ri = (ri + 1) % regions.len();
+            clock.ci = 0;
+        }
+        clock.base = regions[ri].base;
+    }
+    out
+}
+
+/// `Advice::PageOut`: evict the resident chunks of `chunks` now.
+pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) {
+    let want = (sh.batch_bytes / sh.chunk as u64).max(1) as usize;
+    let _clock = sh.evict_lock.lock();
+    let mut victims = Vec::new();
+    for ci in chunks {
+        {
+            let live = r.live.read();
+            if !*live {
+                return;
+            }
+            let s = &r.state[ci];
+            // A resolver may still be finishing this chunk after its thread
+            // already ran on (a woken fault need not wait for our wake).
+            let mut st = chunk::state(s.load(Acquire));
+            while st == BUSY {
+                std::thread::yield_now();
+                st = chunk::state(s.load(Acquire));
+            }
+            if (st == RESIDENT || st == CLEAN) && chunk::transition(s, st, EVICTING, 0, 0).is_ok() {
+                victims.push(Victim {
+                    r: r.clone(),
+                    ci,
+                    clean: st == CLEAN,
+                });
+            }
+        }
+        if victims.len() >= want {
+            run_protocol(sh, std::mem::take(&mut victims));
+        }
+    }
+    if !victims.is_empty() {
+        run_protocol(sh, victims);
+    }
+}
+
+/// Evict `victims` (all EVICTING, owned by us), run by run of contiguous
+/// chunks so each run costs one write-protect and one zap.
+fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
+    let pool_before = sh.zswap.pool_total_size() as i64;
+    let mut uncharged = 0i64;
+    let mut i = 0;
+    while i < victims.len() {
+        let mut j = i + 1;
+        while j < victims.len()
+            && Arc::ptr_eq(&victims[j].r, &victims[i].r)
+            && victims[j].ci == victims[j - 1].ci + 1
+        {
+            j += 1;
+        }
+        uncharged += evict_run(sh, &victims[i..j]);
+        i = j;
+    }
+    sh.note_peak();
+    uncharged - (sh.zswap.pool_total_size() as i64 - pool_before)
+}
+
+/// Evict one run of contiguous chunks of one region. Returns bytes
+/// uncharged from resident.
+fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
+    let r = &run[0].r;
+    let live = r.live.read();
+    if !*live {
+        // Torn down between selection and now: the region's drop counted
+        // these chunks as resident and uncharged them; nothing left to do.
+        return 0;
+    }
+    let chunk = sh.chunk;
+    let start = r.chunk_addr(run[0].ci, chunk);
+    let len = run.len() * chunk;
+    // 1. Write-protect: from here on a write traps to the handler, which
+    // parks it on the chunk; reads go on.
+    if let Err(e) = sh.uffd.write_protect(start as *mut _, len) {
+        eprintln!("uzswap: evictor: write-protect failed: {e}");
+        for v in run {
+            if chunk::release(
+                &r.state[v.ci],
+                if v.clean { CLEAN } else { RESIDENT },
+                0,
+                REJECTED,
+            ) {
+                sh.wake(r.chunk_addr(v.ci, chunk), chunk);
+            }
+        }
+        return 0;
+    }
+    // 2-3. Read and store each chunk; the memory is stable under the
+    // write-protection, so the store reads it in place.
+    let mut stored = vec![false; run.len()];
+    for (k, v) in run.iter().enumerate() {
+        let first = sh.entry(r, v.ci);
+        if v.clean && sh.zswap.contains(first) {
+            stored[k] = true;
+            sh.ctr.evicted_clean.fetch_add(1, Relaxed);
+            continue;
+        }
+        let addr = r.chunk_addr(v.ci, chunk);
+        // SAFETY: the chunk is mapped (RESIDENT/CLEAN before we took it),
+        // stays mapped while we hold `live`, and is write-protected, so
+        // nothing changes it while the slice lives.
+        let data = unsafe { std::slice::from_raw_parts(addr as *const u8, chunk) };
+        match sh.zswap.store_folio(first, sh.order, data) {
+            Ok(()) => stored[k] = true,
+            Err(_) => {
+                // All-or-nothing: the cache kept nothing of this chunk. It
+                // stays resident, charged, and writable.
+                sh.ctr.evict_aborts.fetch_add(1, Relaxed);
+                if let Err(e) = sh
+                    .uffd
+                    .remove_write_protection(addr as *mut _, chunk, false)
+                {
+                    eprintln!("uzswap: evictor: unprotect after a refused store: {e}");
+                }
+                chunk::release(&r.state[v.ci], RESIDENT, REF, REJECTED);
+                sh.wake(addr, chunk);
+            }
+        }
+    }
+    // Charge the stores by their delta: resident goes down now, before the
+    // zap, so the chunk is never counted twice.
+    let n_stored = stored.iter().filter(|&&s| s).count();
+    let uncharged = (n_stored * chunk) as u64;
+    sh.resident.fetch_sub(uncharged, Relaxed);
+    // 4. Zap the stored chunks, one madvise per contiguous stretch.
+    let mut k = 0;
+    while k < run.len() {
+        if !stored[k] {
+            k += 1;
+            continue;
+        }
+        let mut m = k + 1;
+        while m < run.len() && stored[m] {
+            m += 1;
+        }
+        let a = r.chunk_addr(run[k].ci, chunk);
+        // SAFETY: these chunks are ours (EVICTING), their contents are in
+        // the cache, and any writer is parked on the write-protection.
+        let rc = unsafe { libc::madvise(a as *mut _, (m - k) * chunk, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            // Not expected on a live anonymous mapping; undo instead of
+            // leaving mapped pages marked STORED.
+            eprintln!(
+                "uzswap: evictor: MADV_DONTNEED: {}",
+                std::io::Error::last_os_error()
+            );
+            sh.resident.fetch_add(((m - k) * chunk) as u64, Relaxed);
+            for v in &run[k..m] {
+                sh.zswap.invalidate_range(sh.entry(r, v.ci), 1 << sh.order);
+                let a = r.chunk_addr(v.ci, chunk);
+                let _ = sh.uffd.remove_write_protection(a as *mut _, chunk, false);
+                chunk::release(&r.state[v.ci], RESIDENT, 0, REJECTED);
+                sh.wake(a, chunk);
+            }
+            k = m;
+            continue;
+        }
+        for v in &run[k..m] {
+            let now = sh.evict_clock.fetch_add(1, Relaxed);
+            r.shadow[v.ci].store(now as u32, Relaxed);
+            sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
+            // A parked writer retries, takes a missing fault and is served
+            // from the copy just stored.
+            if chunk::release(&r.state[v.ci], STORED, REF | ACTIVE | REJECTED, 0) {
+                sh.wake(r.chunk_addr(v.ci, chunk), chunk);
+            }
+        }
+        k = m;
+    }
+    drop(live);
+    uncharged as i64
+}

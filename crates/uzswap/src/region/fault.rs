@@ -1,0 +1,319 @@
+//! The fault handler: threads that read userfaultfd events and resolve each
+//! fault for the whole chunk around it (see the state machine in
+//! `region`'s top comment).
+//!
+//! A handler never waits on a chunk: if the chunk is owned (BUSY or
+//! EVICTING) it marks WAITER and moves on, and the owner wakes the range
+//! when it lets go. So one handler thread suffices for correctness, and the
+//! evictor never depends on a handler to make progress.
+//! Locking: takes a region's `live` lock for reading while resolving in it;
+//! may run one eviction batch inline (taking `evict_lock` first, never while
+//! holding `live`).
+
+use super::chunk::{self, *};
+use super::uffd_sys::{self, Copy};
+use super::{evict, uffd_fd, RegionError, RegionInner, Shared};
+use crate::zswap::LoadMode;
+use crate::PAGE_SIZE;
+use std::ops::Range;
+use std::sync::atomic::Ordering::*;
+use std::time::Instant;
+use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite};
+
+pub(super) fn handler_loop(sh: &Shared) {
+    let mut buf = EventBuffer::new(32);
+    let mut scratch = vec![0u8; sh.chunk];
+    let mut faults: Vec<(usize, bool, bool)> = Vec::with_capacity(32);
+    let spin = match sh.cfg.handler {
+        super::HandlerMode::Block => None,
+        super::HandlerMode::Spin { micros } => {
+            Some(std::time::Duration::from_micros(micros as u64))
+        }
+    };
+    let mut last_fault = Instant::now();
+    loop {
+        faults.clear();
+        match sh.uffd.read_events(&mut buf) {
+            Ok(events) => {
+                for ev in events.flatten() {
+                    if let Event::Pagefault { kind, rw, addr, .. } = ev {
+                        faults.push((
+                            addr as usize,
+                            matches!(kind, FaultKind::WriteProtected),
+                            rw == ReadWrite::Write,
+                        ));
+                    }
+                }
+            }
+            Err(e) => {
+                if sh.stop.load(Acquire) {
+                    return;
+                }
+                eprintln!("uzswap: reading userfaultfd events failed: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        if faults.is_empty() {
+            if sh.stop.load(Acquire) {
+                return;
+            }
+            if let Some(d) = spin {
+                if last_fault.elapsed() < d {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            wait_readable(sh);
+            continue;
+        }
+        for &(addr, wp, write) in &faults {
+            let t0 = Instant::now();
+            resolve(sh, addr, wp, write, &mut scratch, t0);
+        }
+        last_fault = Instant::now();
+    }
+}
+
+/// Sleep until the userfaultfd has an event or the instance stops.
+fn wait_readable(sh: &Shared) {
+    let mut fds = [
+        libc::pollfd {
+            fd: uffd_fd(sh),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: sh.stop_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: `fds` is a valid array of two pollfd for the call's duration.
+    unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+}
+
+/// Resolve one fault event at `addr`.
+fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], t0: Instant) {
+    let page = addr & !(PAGE_SIZE - 1);
+    let Some(r) = sh.lookup(addr) else {
+        sh.ctr.faults_stale.fetch_add(1, Relaxed);
+        sh.wake(page, PAGE_SIZE);
+        return;
+    };
+    let ci = (addr - r.base) / sh.chunk;
+    loop {
+        let w = r.state[ci].load(Acquire);
+        let st = chunk::state(w);
+        match (st, wp) {
+            (BUSY | EVICTING, _) => {
+                if chunk::park(&r.state[ci]).is_ok() {
+                    sh.ctr.faults_parked.fetch_add(1, Relaxed);
+                    return;
+                }
+            }
+            (UNTOUCHED | STORED, false) => {
+                evict::backstop(sh);
+                let live = r.live.read();
+                if !*live {
+                    return;
+                }
+                if chunk::transition(&r.state[ci], st, BUSY, 0, 0).is_err() {
+                    continue;
+                }
+                let res = install(sh, &r, ci, st == STORED, write, false, scratch);
+                drop(live);
+                if res {
+                    let lat = t0.elapsed().as_nanos() as u64;
+                    if st == STORED {
+                        sh.lat_pool.record(lat);
+                    } else {
+                        sh.lat_zero.record(lat);
+                    }
+                }
+                return;
+            }
+            (CLEAN, true) => {
+                let live = r.live.read();
+                if !*live {
+                    return;
+                }
+                if chunk::transition(&r.state[ci], CLEAN, BUSY, 0, 0).is_err() {
+                    continue;
+                }
+                sh.ctr.faults_wp.fetch_add(1, Relaxed);
+                // The first write to a clean chunk: the pool copy goes stale.
+                sh.zswap.invalidate_range(sh.entry(&r, ci), 1 << sh.order);
+                let base = r.chunk_addr(ci, sh.chunk);
+                if let Err(e) = sh
+                    .uffd
+                    .remove_write_protection(base as *mut _, sh.chunk, true)
+                {
+                    fail(sh, &format!("unprotecting a clean chunk: {e}"));
+                }
+                chunk::release(&r.state[ci], RESIDENT, 0, REF);
+                sh.wake(base, sh.chunk);
+                return;
+            }
+            _ => {
+                // Resolved before we read the event (a resolver or an
+                // evictor's abort already woke the range), or a write-protect
+                // fault on a chunk since zapped: the woken thread retries and
+                // takes a fresh missing fault.
+                sh.ctr.faults_stale.fetch_add(1, Relaxed);
+                sh.wake(page, PAGE_SIZE);
+                return;
+            }
+        }
+    }
+}
+
+/// Install chunk `ci` of `r`, which the caller moved to BUSY from STORED
+/// (`stored`) or UNTOUCHED. Returns whether it was installed; if not, the
+/// chunk is back in its old state with its data where it was.
+fn install(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    stored: bool,
+    write: bool,
+    prefetch: bool,
+    scratch: &mut [u8],
+) -> bool {
+    let base = r.chunk_addr(ci, sh.chunk);
+    let keep = stored && sh.cfg.keep_copy && !write;
+    let (src, to, flags): (&[u8], u32, u32) = if stored {
+        let mode = if keep {
+            LoadMode::KeepCopy
+        } else {
+            LoadMode::Exclusive
+        };
+        if let Err(e) = sh
+            .zswap
+            .load_folio(sh.entry(r, ci), sh.order, scratch, mode)
+        {
+            // The stored copy stays where it is; the faulting thread cannot
+            // be given wrong data, so the failure is loud.
+            chunk::release(&r.state[ci], STORED, 0, 0);
+            fail(sh, &format!("loading region {} chunk {ci}: {e}", r.id));
+            return false;
+        }
+        let flags = workingset_refault(sh, r, ci);
+        if write || !prefetch {
+            sh.ctr.pgmajfault.fetch_add(1, Relaxed);
+        } else {
+            sh.ctr.prefetched.fetch_add(1, Relaxed);
+        }
+        (&scratch[..], if keep { CLEAN } else { RESIDENT }, flags)
+    } else {
+        sh.ctr.faults_zero.fetch_add(1, Relaxed);
+        (&sh.zeros[..], RESIDENT, 0)
+    };
+    // Charge before the pages appear, so usage never under-reports.
+    sh.resident.fetch_add(sh.chunk as u64, Relaxed);
+    if let Err(e) = copy_chunk(sh, base, src, keep) {
+        sh.resident.fetch_sub(sh.chunk as u64, Relaxed);
+        let back = if !stored {
+            UNTOUCHED
+        } else if keep {
+            STORED
+        } else {
+            // The exclusive load took the only copy: put it back.
+            match sh.zswap.store_folio(sh.entry(r, ci), sh.order, src) {
+                Ok(()) => STORED,
+                Err(se) => {
+                    fail(sh, &format!("region {} chunk {ci}: data lost: {se}", r.id));
+                    STORED
+                }
+            }
+        };
+        // The faulting thread stays parked (woken, it would fault again).
+        chunk::release(&r.state[ci], back, 0, 0);
+        fail(sh, &e);
+        return false;
+    }
+    // Publish the state before waking, so the woken thread (and anything it
+    // does next, like a hint) finds the chunk settled.
+    chunk::release(&r.state[ci], to, REJECTED | ACTIVE, REF | flags);
+    sh.wake(base, sh.chunk);
+    sh.note_peak();
+    evict::maybe_kick(sh);
+    true
+}
+
+/// One `UFFDIO_COPY` of a whole chunk, carrying on past pages a concurrent
+/// resolver already installed (EEXIST is success for those pages).
+fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), String> {
+    let mut off = 0;
+    while off < src.len() {
+        // SAFETY: `src[off..]` is readable; `base+off..base+len` is inside a
+        // registered region whose chunk we own (BUSY) under its live lock.
+        let r = unsafe {
+            uffd_sys::copy(
+                uffd_fd(sh),
+                base + off,
+                src[off..].as_ptr(),
+                src.len() - off,
+                wp,
+            )
+        }?;
+        match r {
+            Copy::Done => break,
+            Copy::Again(n) => {
+                off += n;
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            Copy::Exists(n) => off += n + PAGE_SIZE,
+        }
+    }
+    Ok(())
+}
+
+/// mm/workingset.c: a chunk refaulting within as many evictions as there
+/// are resident chunks would have stayed resident with a little more
+/// memory; it is activated so CLOCK passes over it once more.
+fn workingset_refault(sh: &Shared, r: &RegionInner, ci: usize) -> u32 {
+    let now = sh.evict_clock.load(Relaxed) as u32;
+    let distance = now.wrapping_sub(r.shadow[ci].load(Relaxed)) as u64;
+    sh.ctr.workingset_refault.fetch_add(1, Relaxed);
+    let resident_chunks = sh.resident.load(Relaxed) / sh.chunk as u64;
+    if distance <= resident_chunks {
+        sh.ctr.workingset_activate.fetch_add(1, Relaxed);
+        ACTIVE
+    } else {
+        0
+    }
+}
+
+/// Errors on the fault path cannot be returned to the faulting thread; they
+/// are counted and printed, and the thread stays parked on its fault rather
+/// than read wrong data.
+fn fail(sh: &Shared, msg: &str) {
+    sh.ctr.fault_errors.fetch_add(1, Relaxed);
+    eprintln!("uzswap: fault handler: {msg}");
+}
+
+/// `Advice::WillNeed`: install the stored chunks of `chunks` from the
+/// calling thread.
+pub(super) fn will_need(
+    sh: &Shared,
+    r: &RegionInner,
+    chunks: Range<usize>,
+) -> Result<(), RegionError> {
+    let mut scratch = vec![0u8; sh.chunk];
+    for ci in chunks {
+        evict::backstop(sh);
+        let live = r.live.read();
+        if !*live {
+            break;
+        }
+        if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_err() {
+            continue;
+        }
+        // Prefetched chunks count as read: they stay clean when keep_copy.
+        install(sh, r, ci, true, false, true, &mut scratch);
+        drop(live);
+    }
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! The userfaultfd system interface the `userfaultfd` crate does not cover:
+//! opening the descriptor (through `/dev/userfaultfd`, else the syscall with
+//! `UFFD_USER_MODE_ONLY`), the API handshake, and `UFFDIO_COPY` with the
+//! write-protect mode and an honest partial count. Everything else
+//! (register, write-protect, wake, reading events) goes through the crate.
+//!
+//! No locking: each call is one ioctl on a descriptor the caller owns.
+
+use super::RegionError;
+use std::os::fd::{FromRawFd, RawFd};
+use userfaultfd::Uffd;
+
+const UFFD_API: u64 = 0xAA;
+/// `_IOWR(0xAA, 0x3F, struct uffdio_api)`.
+const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
+/// `_IOWR(0xAA, 0x03, struct uffdio_copy)`.
+const UFFDIO_COPY: libc::c_ulong = 0xc028_aa03;
+/// `_IO(0xAA, 0x00)` on `/dev/userfaultfd`.
+const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xaa00;
+const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+const UFFDIO_COPY_MODE_DONTWAKE: u64 = 1 << 0;
+const UFFDIO_COPY_MODE_WP: u64 = 1 << 1;
+const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+const UFFDIO_WRITEPROTECT_BIT: u64 = 1 << 0x06;
+
+#[repr(C)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    copy: i64,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn errstr(e: i32) -> String {
+    std::io::Error::from_raw_os_error(e).to_string()
+}
+
+/// How the descriptor was obtained (reported in stats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpenPath {
+    /// `/dev/userfaultfd`: also handles faults the kernel takes on the
+    /// program's behalf (e.g. `read(2)` into a region).
+    DevUserfaultfd,
+    /// `userfaultfd(2)` with `UFFD_USER_MODE_ONLY`: faults taken inside system
+    /// calls fail with EFAULT instead of being resolved.
+    SyscallUserMode,
+}
+
+/// Open a non-blocking, close-on-exec userfaultfd with write-protect support.
+pub fn open() -> Result<(Uffd, OpenPath), RegionError> {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let (fd, path) = match open_dev(flags) {
+        Ok(fd) => (fd, OpenPath::DevUserfaultfd),
+        Err(dev_err) => match open_syscall(flags) {
+            Ok(fd) => (fd, OpenPath::SyscallUserMode),
+            Err(sys_err) => {
+                return Err(RegionError::Unavailable(format!(
+                    "/dev/userfaultfd: {dev_err}; userfaultfd(2): {sys_err}. Fix: give this user \
+                     read/write access to /dev/userfaultfd (e.g. its group), or set sysctl \
+                     vm.unprivileged_userfaultfd=1, or run with CAP_SYS_PTRACE"
+                )))
+            }
+        },
+    };
+    // SAFETY: `fd` is a freshly created descriptor that nothing else owns;
+    // the Uffd takes ownership and closes it on drop.
+    let uffd = unsafe { Uffd::from_raw_fd(fd) };
+    let mut api = UffdioApi {
+        api: UFFD_API,
+        features: 0,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_API reads and writes exactly one `struct uffdio_api`,
+    // which `api` is (repr(C), three u64).
+    let r = unsafe { libc::ioctl(fd, UFFDIO_API, &mut api as *mut UffdioApi) };
+    if r < 0 {
+        return Err(RegionError::Unavailable(format!(
+            "UFFDIO_API: {}",
+            errstr(errno())
+        )));
+    }
+    if api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP == 0 {
+        return Err(RegionError::Unavailable(
+            "this kernel's userfaultfd has no write-protect support (needs Linux 5.7+ with \
+             CONFIG_HAVE_ARCH_USERFAULTFD_WP), which race-free eviction requires"
+                .into(),
+        ));
+    }
+    let _ = UFFDIO_WRITEPROTECT_BIT; // checked per range at register time
+    Ok((uffd, path))
+}
+
+fn open_dev(flags: libc::c_int) -> Result<RawFd, String> {
+    let path = c"/dev/userfaultfd";
+    // SAFETY: `path` is a NUL-terminated string; open has no other inputs.
+    let dev = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if dev < 0 {
+        return Err(errstr(errno()));
+    }
+    // SAFETY: USERFAULTFD_IOC_NEW takes the new descriptor's flags by value.
+    let fd = unsafe { libc::ioctl(dev, USERFAULTFD_IOC_NEW, flags) };
+    let e = errno();
+    // SAFETY: `dev` is ours and no longer needed.
+    unsafe { libc::close(dev) };
+    if fd < 0 {
+        return Err(format!("USERFAULTFD_IOC_NEW: {}", errstr(e)));
+    }
+    Ok(fd)
+}
+
+fn open_syscall(flags: libc::c_int) -> Result<RawFd, String> {
+    // SAFETY: userfaultfd(2) takes only a flags word.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) };
+    if fd >= 0 {
+        return Ok(fd as RawFd);
+    }
+    let e = errno();
+    Err(match e {
+        libc::EPERM => "EPERM (vm.unprivileged_userfaultfd is 0 and the process lacks \
+                        CAP_SYS_PTRACE; UFFD_USER_MODE_ONLY needs Linux 5.11+)"
+            .into(),
+        libc::ENOSYS => "ENOSYS (kernel built without CONFIG_USERFAULTFD)".into(),
+        libc::EINVAL => "EINVAL (kernel older than 5.11: no UFFD_USER_MODE_ONLY)".into(),
+        _ => errstr(e),
+    })
+}
+
+/// Result of one `UFFDIO_COPY`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Copy {
+    /// All bytes installed.
+    Done,
+    /// Stopped after `n` bytes because the page there is already mapped
+    /// (EEXIST): a concurrent resolver won that page.
+    Exists(usize),
+    /// Interrupted after `n` bytes by a changing address space (EAGAIN).
+    Again(usize),
+}
+
+/// Install `len` bytes from `src` at `dst` (registered, page-aligned) with
+/// one `UFFDIO_COPY`, without waking the threads waiting on the range (the
+/// caller publishes the chunk's new state first, then wakes); with `wp` the
+/// new pages are write-protected so the next write faults.
+///
+/// # Safety
+/// `src` must be readable for `len` bytes; `dst..dst+len` must lie in a
+/// range registered with `uffd` (the kernel checks this, but installing
+/// into memory someone else owns would overwrite their pages' absence).
+pub unsafe fn copy(
+    fd: RawFd,
+    dst: usize,
+    src: *const u8,
+    len: usize,
+    wp: bool,
+) -> Result<Copy, String> {
+    let mut c = UffdioCopy {
+        dst: dst as u64,
+        src: src as u64,
+        len: len as u64,
+        mode: UFFDIO_COPY_MODE_DONTWAKE | if wp { UFFDIO_COPY_MODE_WP } else { 0 },
+        copy: 0,
+    };
+    // SAFETY: UFFDIO_COPY reads and writes one `struct uffdio_copy`; the
+    // caller vouches for the source and destination ranges.
+    let r = unsafe { libc::ioctl(fd, UFFDIO_COPY, &mut c as *mut UffdioCopy) };
+    if r == 0 {
+        return Ok(Copy::Done);
+    }
+    let e = errno();
+    let done = if c.copy > 0 { c.copy as usize } else { 0 };
+    match e {
+        libc::EEXIST => Ok(Copy::Exists(done)),
+        libc::EAGAIN => Ok(Copy::Again(done)),
+        _ => Err(format!(
+            "UFFDIO_COPY at {dst:#x} ({len} bytes): {}",
+            errstr(e)
+        )),
+    }
+}

@@ -1,0 +1,144 @@
+//! Regions: zero-fill, round trips through the pool, hints, drop order.
+
+use uzswap::region::{Advice, Config, Uzswap};
+use uzswap::{Pattern, PAGE_SIZE};
+
+/// An instance, or None (with the reason printed) where userfaultfd is
+/// unavailable, so the suite passes on machines that cannot run it.
+pub fn instance(cfg: Config) -> Option<Uzswap> {
+    match Uzswap::new(cfg) {
+        Ok(u) => Some(u),
+        Err(e @ uzswap::RegionError::Unavailable(_)) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn page_mut(base: *mut u8, i: usize) -> &'static mut [u8] {
+    // SAFETY: tests only pass indices inside a live region they own.
+    unsafe { std::slice::from_raw_parts_mut(base.add(i * PAGE_SIZE), PAGE_SIZE) }
+}
+
+#[test]
+fn untouched_memory_reads_zero_and_keeps_writes() {
+    let Some(uz) = instance(Config::default()) else {
+        return;
+    };
+    let mut r = uz.region(1 << 20).unwrap();
+    assert!(r.as_slice().iter().all(|&b| b == 0));
+    let s = r.as_mut_slice();
+    for (i, b) in s.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    assert!(r
+        .as_slice()
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == (i % 251) as u8));
+    let st = uz.stats();
+    assert_eq!(st.faults_zero, (1 << 20) / uz.chunk_bytes() as u64);
+    assert_eq!(st.resident_bytes, 1 << 20);
+}
+
+#[test]
+fn page_out_and_refault_round_trip_every_pattern() {
+    for (order, keep_copy) in [(0, false), (4, true), (9, false)] {
+        let cfg = Config {
+            folio_order: order,
+            keep_copy,
+            ..Config::default()
+        };
+        let Some(uz) = instance(cfg) else { return };
+        let len = 4 << 20;
+        let r = uz.region(len).unwrap();
+        let pages = len / PAGE_SIZE;
+        for (k, pat) in Pattern::ALL.iter().enumerate() {
+            for i in 0..pages {
+                pat.fill(i as u64, k as u64, page_mut(r.as_ptr(), i));
+            }
+            r.advise(0..len, Advice::PageOut).unwrap();
+            let st = uz.stats();
+            assert_eq!(st.resident_bytes, 0, "{pat:?} order {order}: {st:?}");
+            // Read back (clean with keep_copy), page out again, then write.
+            for i in 0..pages {
+                assert!(
+                    pat.verify(i as u64, k as u64, page_mut(r.as_ptr(), i)),
+                    "{pat:?} {i}"
+                );
+            }
+            r.advise(0..len, Advice::PageOut).unwrap();
+            for i in (0..pages).rev() {
+                let p = page_mut(r.as_ptr(), i);
+                assert!(pat.verify(i as u64, k as u64, p), "{pat:?} {i} second pass");
+                p[8] ^= 0xff;
+                p[8] ^= 0xff;
+            }
+        }
+        let st = uz.stats();
+        assert!(
+            st.pgmajfault > 0 && st.zswap.zswpout > 0 && st.zswap.zswpin > 0,
+            "{st:?}"
+        );
+        assert_eq!(st.fault_errors, 0);
+        if keep_copy {
+            assert!(st.evicted_clean > 0 && st.faults_wp > 0, "{st:?}");
+        }
+    }
+}
+
+#[test]
+fn will_need_prefetches_and_cold_is_taken_first() {
+    let Some(uz) = instance(Config::default()) else {
+        return;
+    };
+    let len = 2 << 20;
+    let r = uz.region(len).unwrap();
+    for i in 0..len / PAGE_SIZE {
+        Pattern::Text.fill(i as u64, 7, page_mut(r.as_ptr(), i));
+    }
+    r.advise(0..len, Advice::PageOut).unwrap();
+    let before = uz.stats().pgmajfault;
+    r.advise(0..len / 2, Advice::WillNeed).unwrap();
+    assert_eq!(uz.stats().resident_bytes, len as u64 / 2);
+    for i in 0..len / PAGE_SIZE / 2 {
+        assert!(Pattern::Text.verify(i as u64, 7, page_mut(r.as_ptr(), i)));
+    }
+    assert_eq!(
+        uz.stats().pgmajfault,
+        before,
+        "prefetched chunks fault no more"
+    );
+    r.advise(0..len, Advice::Cold).unwrap();
+    assert!(r.advise(0..len + 1, Advice::Cold).is_err());
+}
+
+#[test]
+fn drop_order_either_way_frees_everything() {
+    let Some(uz) = instance(Config {
+        budget: 64 << 20,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let a = uz.region(4 << 20).unwrap();
+    let b = uz.region(4 << 20).unwrap();
+    for i in 0..1024 {
+        Pattern::Index.fill(i, 1, page_mut(a.as_ptr(), i as usize));
+        Pattern::Index.fill(i, 2, page_mut(b.as_ptr(), i as usize));
+    }
+    a.advise(0..4 << 20, Advice::PageOut).unwrap();
+    assert!(uz.zswap().stored_pages() > 0);
+    drop(a);
+    assert_eq!(uz.stats().resident_bytes, 4 << 20);
+    let stored_b = uz.zswap().stored_pages();
+    assert_eq!(stored_b, 0, "a's pages were invalidated");
+    // The instance goes first; b keeps the handler alive.
+    drop(uz);
+    b.advise(0..2 << 20, Advice::PageOut).unwrap();
+    for i in 0..1024 {
+        assert!(Pattern::Index.verify(i, 2, page_mut(b.as_ptr(), i as usize)));
+    }
+    drop(b);
+}
