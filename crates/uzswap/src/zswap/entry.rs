@@ -1,6 +1,7 @@
 //! The key of a stored page and the per-page record zswap keeps for it.
 
 use crate::compress::CompressorId;
+use crate::swap::SwapSlot;
 use crate::zpool::Handle;
 
 /// The key of a stored page: (region id, page index), packed in a u64 with
@@ -51,6 +52,14 @@ pub(crate) enum Payload {
         len: u16,
         comp: Option<CompressorId>,
     },
+    /// Written back: one slot on the swap device holds `len` bytes, the page
+    /// compressed by `comp`, or the plain page when `comp` is `None` (then
+    /// `len` is PAGE_SIZE). Not on the LRU.
+    Device {
+        slot: SwapSlot,
+        len: u16,
+        comp: Option<CompressorId>,
+    },
 }
 
 /// The per-page record (kernel: struct zswap_entry).
@@ -62,13 +71,31 @@ pub(crate) struct ZswapEntry {
     pub crc: u32,
     /// Set when stored, cleared by the shrinker's first pass (second chance).
     pub referenced: bool,
+    /// For pool entries: the LRU sequence number of this incarnation (unique
+    /// for the instance's life, given by the tree on insert and on rotation).
+    /// It names the entry's LRU node and lets writeback tell "the same entry"
+    /// from "a new entry that reuses the key and even the handle". 0 for
+    /// entries not on the LRU (same-filled, written back).
+    pub lru_seq: u64,
 }
 
 impl ZswapEntry {
     pub fn handle(&self) -> Option<Handle> {
         match self.payload {
             Payload::Pool { handle, .. } => Some(handle),
-            Payload::SameFilled(_) => None,
+            Payload::SameFilled(_) | Payload::Device { .. } => None,
+        }
+    }
+
+    /// Pool entries are the LRU's members (kernel: entries with a length).
+    pub fn on_lru(&self) -> bool {
+        matches!(self.payload, Payload::Pool { .. })
+    }
+
+    pub fn slot(&self) -> Option<crate::swap::SwapSlot> {
+        match self.payload {
+            Payload::Device { slot, .. } => Some(slot),
+            _ => None,
         }
     }
 }

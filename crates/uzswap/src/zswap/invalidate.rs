@@ -71,16 +71,16 @@ impl Zswap {
 
 impl Drop for Zswap {
     fn drop(&mut self) {
-        // Free every pool object; the pool then unmaps its spans.
+        // The shrinker thread first: it must not walk a tree being emptied.
+        self.stop_shrinker();
+        // Free every pool object (the pool then unmaps its spans) and every
+        // device slot (the device may be shared with other instances).
+        let mut removed = Vec::new();
         self.tree.for_each_shard(|shard| {
-            shard.drain_matching(
-                |_| true,
-                |_, e| {
-                    if let Some(h) = e.handle() {
-                        self.pool.free(h);
-                    }
-                },
-            );
+            shard.drain_matching(|_| true, |_, e| removed.push(e));
         });
+        for e in &removed {
+            self.release(e);
+        }
     }
 }

@@ -31,6 +31,23 @@ impl PoolLimit {
         self.max.load(Ordering::Relaxed)
     }
 
+    /// Does `incoming` fit under the limit, ignoring the hysteresis? Used
+    /// after direct reclaim made room for exactly this store.
+    pub fn fits(&self, cur: u64, incoming: u64) -> bool {
+        let max = self.max();
+        max == u64::MAX || cur.saturating_add(incoming) <= max
+    }
+
+    /// The pool size at which stores are accepted again after a hit.
+    pub fn accept_bytes(&self) -> u64 {
+        let max = self.max();
+        if max == u64::MAX {
+            max
+        } else {
+            max / 100 * self.accept_percent
+        }
+    }
+
     /// May a store that will add about `incoming` bytes go ahead, with the
     /// pool at `cur` bytes? Racy by design, like the kernel's: concurrent
     /// stores may overshoot by one folio each.

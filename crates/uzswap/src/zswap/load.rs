@@ -61,12 +61,17 @@ impl Zswap {
                     {
                         return Err(LoadError::NotFound(missing));
                     }
+                    // The shrinker stops when it meets these keys (seed 003:
+                    // an entry being loaded means it reached warm pages).
+                    shard.begin_load(first, n as u64);
                     (0..n as u64)
                         .map(|i| shard.remove(first.offset(i)).unwrap())
                         .collect::<Vec<_>>()
                 };
                 match self.decompress_all(first, &entries, out) {
                     Ok(()) => {
+                        self.tree.lock(first, n as u64).end_load(first, n as u64);
+                        self.count_load(order, &entries);
                         for e in &entries {
                             self.account_remove(e);
                             self.release(e);
@@ -75,6 +80,7 @@ impl Zswap {
                     Err(err) => {
                         // Put every entry back unless a store raced in.
                         let mut shard = self.tree.lock(first, n as u64);
+                        shard.end_load(first, n as u64);
                         let mut lost_race = Vec::new();
                         for (i, e) in entries.iter().enumerate() {
                             let k = first.offset(i as u64);
@@ -105,14 +111,31 @@ impl Zswap {
                         None => return Err(LoadError::NotFound(first.offset(i))),
                     }
                 }
+                // A written-back page is read under the shard lock too, so
+                // an invalidate cannot free and reuse its slot mid-read;
+                // keep-copy loads are the rare mode.
                 self.decompress_all(first, &entries, out)?;
+                drop(shard);
+                self.count_load(order, &entries);
             }
         }
-        Counters::add(&self.counters.zswpin, n as u64);
+        Ok(())
+    }
+
+    /// Counters of a successful load of `entries`.
+    fn count_load(&self, order: u32, entries: &[ZswapEntry]) {
+        let n = entries.len() as u64;
+        let dev = entries.iter().filter(|e| e.slot().is_some()).count() as u64;
+        // zswpin counts pages from memory, pswpin pages from the device, as
+        // the kernel's vmstat does.
+        Counters::add(&self.counters.zswpin, n - dev);
+        Counters::add(&self.counters.pswpin, dev);
+        // Seed 003: a refault is a sign of warm pages in zswap; widen the
+        // region the shrinker leaves alone.
+        self.tree.lru.protect(n);
         if order > 0 {
             Counters::add(&self.counters.order_zswpin[order as usize], 1);
         }
-        Ok(())
     }
 
     fn decompress_all(
@@ -122,6 +145,14 @@ impl Zswap {
         out: &mut [u8],
     ) -> Result<(), LoadError> {
         let n = entries.len();
+        // Pages on the device are read first, contiguous slots in one read.
+        let dev = self.read_device(first, entries)?;
+        let dev_page = |i: usize| -> &[u8] {
+            match dev.index[i] {
+                Some(j) => &dev.buf[j * PAGE_SIZE..(j + 1) * PAGE_SIZE],
+                None => &[],
+            }
+        };
         if n <= INLINE_PAGES {
             return self.engine.with_ctx(|ctx| {
                 for (i, (e, page)) in entries
@@ -129,7 +160,7 @@ impl Zswap {
                     .zip(out.chunks_exact_mut(PAGE_SIZE))
                     .enumerate()
                 {
-                    self.decompress_one(first.offset(i as u64), e, page, ctx)?;
+                    self.decompress_one(first.offset(i as u64), e, dev_page(i), page, ctx)?;
                 }
                 Ok(())
             });
@@ -146,7 +177,8 @@ impl Zswap {
             // slices are disjoint and live.
             let page =
                 unsafe { std::slice::from_raw_parts_mut(base.0.add(i * PAGE_SIZE), PAGE_SIZE) };
-            if let Err(e) = self.decompress_one(first.offset(i as u64), &entries[i], page, ctx) {
+            let key = first.offset(i as u64);
+            if let Err(e) = self.decompress_one(key, &entries[i], dev_page(i), page, ctx) {
                 let _ = errors[i].set(e);
             }
         });
@@ -156,10 +188,13 @@ impl Zswap {
         }
     }
 
+    /// Fill `page` from entry `e`; `dev_page` is its slot's content when it
+    /// is written back.
     fn decompress_one(
         &self,
         key: SwapEntry,
         e: &ZswapEntry,
+        dev_page: &[u8],
         page: &mut [u8],
         ctx: &mut dyn CompressCtx,
     ) -> Result<(), LoadError> {
@@ -168,32 +203,48 @@ impl Zswap {
                 same_filled::fill(page, v);
                 Ok(())
             }
-            Payload::Pool { handle, comp, .. } => self.pool.read(handle, |obj| {
-                if checksum(key, obj) != e.crc {
-                    Counters::add(&self.counters.checksum_fail, 1);
-                    return Err(LoadError::Checksum(key));
-                }
-                let r = match comp {
-                    None if obj.len() == PAGE_SIZE => {
-                        page.copy_from_slice(obj);
-                        Ok(())
-                    }
-                    None => Err(format!("raw object is {} bytes", obj.len())),
-                    Some(id) if id == self.engine.compressor().id() => {
-                        ctx.decompress(obj, page).map_err(|e| e.to_string())
-                    }
-                    // Written by another compressor (the setting changed).
-                    Some(id) => compress::by_id(id)
-                        .new_ctx()
-                        .decompress(obj, page)
-                        .map_err(|e| e.to_string()),
-                };
-                r.map_err(|msg| {
-                    Counters::add(&self.counters.decompress_fail, 1);
-                    LoadError::Decompress(key, msg)
-                })
-            }),
+            Payload::Pool { handle, comp, .. } => self
+                .pool
+                .read(handle, |obj| self.decode(key, e.crc, comp, obj, page, ctx)),
+            Payload::Device { len, comp, .. } => {
+                self.decode(key, e.crc, comp, &dev_page[..len as usize], page, ctx)
+            }
         }
+    }
+
+    /// Verify an object against its checksum and turn it back into a page.
+    pub(super) fn decode(
+        &self,
+        key: SwapEntry,
+        crc: u32,
+        comp: Option<compress::CompressorId>,
+        obj: &[u8],
+        page: &mut [u8],
+        ctx: &mut dyn CompressCtx,
+    ) -> Result<(), LoadError> {
+        if checksum(key, obj) != crc {
+            Counters::add(&self.counters.checksum_fail, 1);
+            return Err(LoadError::Checksum(key));
+        }
+        let r = match comp {
+            None if obj.len() == PAGE_SIZE => {
+                page.copy_from_slice(obj);
+                Ok(())
+            }
+            None => Err(format!("raw object is {} bytes", obj.len())),
+            Some(id) if id == self.engine.compressor().id() => {
+                ctx.decompress(obj, page).map_err(|e| e.to_string())
+            }
+            // Written by another compressor (the setting changed).
+            Some(id) => compress::by_id(id)
+                .new_ctx()
+                .decompress(obj, page)
+                .map_err(|e| e.to_string()),
+        };
+        r.map_err(|msg| {
+            Counters::add(&self.counters.decompress_fail, 1);
+            LoadError::Decompress(key, msg)
+        })
     }
 }
 

@@ -8,58 +8,89 @@
 //!
 //! Unlike the kernel's zswap, an entry holds no swap-device slot: a slot is
 //! taken only when the shrinker writes an entry back (seed 000's complaint
-//! that compressed pages pin swap space).
+//! that compressed pages pin swap space). A written-back entry stays in the
+//! tree, pointing at its slot, so the tree remains the single authority for
+//! a key and `load` serves pool and device alike.
 //!
 //! # Sections
 //! - `entry`: the key and the per-page record.
-//! - `tree`: the sharded map from key to entry.
+//! - `tree`: the sharded map from key to entry (with each shard's LRU ring).
+//! - `lru`: the LRU of pool entries, second chance, the protected region.
 //! - `same_filled`: detection and fill of zero / repeated-word pages (seed 004).
 //! - `limits`: the pool limit with accept hysteresis.
 //! - `store`, `load`, `invalidate`: the operations.
+//! - `writeback`: pool -> device, and device reads on load.
+//! - `shrinker`: when and how much to write back (seed 003), its thread.
 //! - `stats`: counters with the kernel's names.
 //!
 //! # Lock order
-//! 1. a tree shard lock (`tree::Shard`), at most one at a time;
-//! 2. the pool's internal locks (class / span), taken inside `ZsPool` calls.
+//! 1. the shrinker's control mutex (`shrinker::Control`), never held while
+//!    taking any other lock;
+//! 2. a tree shard lock (`tree::Shard`, which also guards that shard's LRU
+//!    ring and in-flight loads), at most one at a time;
+//! 3. the pool's internal locks (class / span), taken inside `ZsPool` calls,
+//!    and the swap device's allocator locks, taken inside `SwapDevice` calls
+//!    (a slot free under a shard lock never happens: slots and objects are
+//!    freed after the shard lock is released).
 //!
 //! The store path compresses and allocates with no tree lock held and only
 //! then inserts; the exclusive load path removes entries under the shard lock
-//! and decompresses after dropping it; a keep-copy load decompresses under the
-//! shard lock so a concurrent invalidate cannot free the object under it.
-//! Pool objects of removed or replaced entries are freed after the shard lock
-//! is released. No lock is held across a call into the batch engine except
-//! (keep-copy loads of large folios) the shard lock, which the engine's workers
-//! never take.
+//! (marking the range as being loaded) and decompresses or reads the device
+//! after dropping it; a keep-copy load decompresses (and reads the device)
+//! under the shard lock so a concurrent invalidate cannot free the object or
+//! slot under it. Pool objects and slots of removed or replaced entries are
+//! freed after the shard lock is released. Writeback copies objects out under
+//! the shard lock, writes with no lock held, and re-checks under the lock
+//! (protocol in `writeback`). No lock is held across a call into the batch
+//! engine except (keep-copy loads of large folios) the shard lock, which the
+//! engine's workers never take.
 //!
 //! # Entry life cycle (per key)
 //! ```text
-//!   absent --store--> stored --load(exclusive)--> absent
-//!     ^                 |  \--load(keep-copy)--> stored
-//!     |                 |--store (same key)--> stored (old object freed)
-//!     +--invalidate-----+
+//!             +-------- store (same key): old object/slot freed --------+
+//!             v                                                         |
+//!   absent --store--> pool (on LRU) --writeback--> device (off LRU) ----+
+//!     ^  ^              | |  ^  \                    |  \
+//!     |  |              | |  +--+ second chance       |   load(keep-copy) -> device
+//!     |  |              | |  (referenced: rotate)     |
+//!     |  +--load(excl)--+ +--load(keep-copy)--> pool  +--load(excl)--> absent (slot freed)
+//!     +------------------invalidate (pool, same-filled or device)--------+
 //! ```
+//! Same-filled entries are stored like pool entries but never join the LRU.
+//! An entry being written back stays a pool entry until the switch; if it
+//! was loaded, invalidated or replaced meanwhile, the switch does not happen
+//! and the slot is freed. A failed write or a full device leaves it a pool
+//! entry, back on the LRU.
 //! A failed store of a folio leaves none of the folio's keys stored (stale
 //! copies are invalidated as in the kernel: the caller keeps the page).
-//! A failed load (checksum, decompression) leaves the entries stored so a
-//! corrupt page is reported again rather than mistaken for a never-stored one.
+//! A failed load (checksum, decompression, device read) leaves the entries
+//! stored so a corrupt page is reported again rather than mistaken for a
+//! never-stored one.
 
 mod entry;
 mod invalidate;
 mod limits;
 mod load;
+mod lru;
 mod same_filled;
+mod shrinker;
 mod stats;
 mod store;
 mod tree;
+mod writeback;
 
 pub use entry::SwapEntry;
+pub use shrinker::{ShrinkResult, ShrinkStop};
 pub use stats::{OrderStats, ZswapStats};
 
 use crate::compress::{self, BatchEngine, EngineConfig};
+use crate::swap::{SwapDevice, SwapDeviceConfig};
 use crate::zpool::ZsPool;
 use crate::{MAX_ORDER, PAGE_SIZE};
 use limits::PoolLimit;
 use stats::Counters;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tree::Tree;
 
 /// Whether a load frees the entry (exclusive, the default: the page becomes
@@ -97,6 +128,26 @@ pub struct ZswapConfig {
     pub store_incompressible: bool,
     /// The load mode of [`Zswap::load_default`].
     pub default_load: LoadMode,
+    /// Write cold entries back to the swap device (memory.zswap.writeback).
+    /// Off (or no device): the pool limit is enforced only by refusing
+    /// stores, and every stored page stays in memory.
+    pub writeback_enabled: bool,
+    /// Let the shrinker write back on memory pressure, not only when the
+    /// pool limit is hit (memory.zswap.shrinker.enabled, seed 003).
+    pub shrinker_enabled: bool,
+    /// The swap device to write back to; `None`: no writeback. See also
+    /// [`Zswap::with_device`] to share one device between instances.
+    pub swap_device: Option<SwapDeviceConfig>,
+    /// Keep written-back pages compressed on the device (default) or write
+    /// them as plain pages. docs/ARCHITECTURE.md has the measurements.
+    pub writeback_compressed: bool,
+    /// The pool's share of the memory budget: above it, the shrinker thread
+    /// writes back proactively (with seed 003's heuristics) before the hard
+    /// limit refuses stores. `u64::MAX`: none.
+    pub pool_share_bytes: u64,
+    /// PSI trigger written to /proc/pressure/memory by the shrinker thread
+    /// ("some <stall us> <window us>"); `None`: do not watch PSI.
+    pub psi_trigger: Option<String>,
 }
 
 impl Default for ZswapConfig {
@@ -111,6 +162,12 @@ impl Default for ZswapConfig {
             max_compressed_percent: 90,
             store_incompressible: false,
             default_load: LoadMode::Exclusive,
+            writeback_enabled: true,
+            shrinker_enabled: true,
+            swap_device: None,
+            writeback_compressed: true,
+            pool_share_bytes: u64::MAX,
+            psi_trigger: Some("some 150000 1000000".into()),
         }
     }
 }
@@ -132,6 +189,10 @@ pub enum ZswapError {
     Engine(#[from] compress::BatchError),
     #[error("invalid setting: {0}")]
     Config(String),
+    #[error(transparent)]
+    Swap(#[from] crate::swap::SwapError),
+    #[error("cannot start the shrinker thread: {0}")]
+    Thread(std::io::Error),
 }
 
 /// Why a store did not happen. The page (or folio) stays with the caller.
@@ -170,6 +231,8 @@ pub enum LoadError {
     Checksum(SwapEntry),
     #[error("decompression of {0:?} failed: {1}")]
     Decompress(SwapEntry, String),
+    #[error("reading {0:?} from the swap device failed: {1}")]
+    Device(SwapEntry, String),
 }
 
 /// The compressed cache. `Send + Sync`: every operation takes `&self`.
@@ -180,10 +243,30 @@ pub struct Zswap {
     tree: Tree,
     limit: PoolLimit,
     counters: Counters,
+    device: Option<Arc<SwapDevice>>,
+    writeback_on: AtomicBool,
+    shrinker_on: AtomicBool,
+    shrink: Arc<shrinker::Control>,
 }
 
 impl Zswap {
+    /// A new instance; creates the swap device of `cfg.swap_device` if any.
     pub fn new(cfg: ZswapConfig) -> Result<Zswap, ZswapError> {
+        let device = match &cfg.swap_device {
+            Some(d) => Some(Arc::new(SwapDevice::create(d.clone())?)),
+            None => None,
+        };
+        Self::build(cfg, device)
+    }
+
+    /// A new instance writing back to `device` (which other instances may
+    /// share: each frees only the slots it allocated). Overrides
+    /// `cfg.swap_device`.
+    pub fn with_device(cfg: ZswapConfig, device: Arc<SwapDevice>) -> Result<Zswap, ZswapError> {
+        Self::build(cfg, Some(device))
+    }
+
+    fn build(cfg: ZswapConfig, device: Option<Arc<SwapDevice>>) -> Result<Zswap, ZswapError> {
         if !(1..=100).contains(&cfg.accept_threshold_percent) {
             return Err(ZswapError::Config(format!(
                 "accept_threshold_percent {} out of range 1..=100",
@@ -206,11 +289,15 @@ impl Zswap {
         )?;
         Ok(Zswap {
             limit: PoolLimit::new(cfg.max_pool_bytes, cfg.accept_threshold_percent),
-            cfg,
             engine,
             pool: ZsPool::new(),
             tree: Tree::new(),
             counters: Counters::default(),
+            device,
+            writeback_on: AtomicBool::new(cfg.writeback_enabled),
+            shrinker_on: AtomicBool::new(cfg.shrinker_enabled),
+            shrink: Arc::default(),
+            cfg,
         })
     }
 
@@ -234,9 +321,35 @@ impl Zswap {
         self.limit.set_max(bytes);
     }
 
-    /// Entries currently stored.
+    /// Entries currently stored in memory (pool and same-filled); pages
+    /// written back to the device are counted in `stats().device_pages`.
     pub fn stored_pages(&self) -> u64 {
-        self.tree.len()
+        self.tree
+            .len()
+            .saturating_sub(self.counters.device_pages.load(Ordering::Relaxed))
+    }
+
+    /// The swap device written back to, if any.
+    pub fn swap_device(&self) -> Option<&Arc<SwapDevice>> {
+        self.device.as_ref()
+    }
+
+    /// Turn writeback on or off (memory.zswap.writeback). Off: pages already
+    /// on the device stay there and load as before; nothing new is written.
+    pub fn set_writeback_enabled(&self, on: bool) {
+        self.writeback_on.store(on, Ordering::Relaxed);
+    }
+
+    /// Turn the memory-pressure shrinker on or off
+    /// (memory.zswap.shrinker.enabled). Limit-driven writeback is not
+    /// affected.
+    pub fn set_shrinker_enabled(&self, on: bool) {
+        self.shrinker_on.store(on, Ordering::Relaxed);
+    }
+
+    /// Can this instance write back now?
+    fn writeback_possible(&self) -> bool {
+        self.device.is_some() && self.writeback_on.load(Ordering::Relaxed)
     }
 
     /// Move objects out of sparse pool spans and give emptied spans back.

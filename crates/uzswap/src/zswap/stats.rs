@@ -23,6 +23,15 @@ pub(crate) struct Counters {
     pub decompress_fail: AtomicU64,
     pub checksum_fail: AtomicU64,
     pub invalidated_pages: AtomicU64,
+    pub written_back_pages: AtomicU64,
+    pub pswpout: AtomicU64,
+    pub pswpin: AtomicU64,
+    pub device_pages: AtomicU64,
+    pub shrink_scanned: AtomicU64,
+    pub shrink_rotated: AtomicU64,
+    pub shrink_stop_protected: AtomicU64,
+    pub shrink_stop_loading: AtomicU64,
+    pub shrink_runs: AtomicU64,
     /// Per order: folios stored, folios loaded, folio stores that failed.
     pub order_zswpout: [AtomicU64; MAX_ORDER as usize + 1],
     pub order_zswpin: [AtomicU64; MAX_ORDER as usize + 1],
@@ -73,6 +82,29 @@ pub struct ZswapStats {
     pub decompress_fail: u64,
     pub checksum_fail: u64,
     pub invalidated_pages: u64,
+    /// Pages written back to the swap device (debugfs written_back_pages;
+    /// equal to `zswpwb`, kept under both of the kernel's names).
+    pub written_back_pages: u64,
+    /// Pages this instance wrote to / read from the swap device.
+    pub pswpout: u64,
+    pub pswpin: u64,
+    /// Entries whose page is on the swap device now (not in `stored_pages`).
+    pub device_pages: u64,
+    /// Entries on the LRU (pool entries).
+    pub lru_pages: u64,
+    /// LRU entries the shrinker examined, and those it rotated (second chance).
+    pub shrink_scanned: u64,
+    pub shrink_rotated: u64,
+    /// The protected-region estimate now (seed 003).
+    pub shrink_protected: u64,
+    /// Shrinker runs that stopped at the protected region, and at an entry
+    /// being loaded.
+    pub shrink_stop_protected: u64,
+    pub shrink_stop_loading: u64,
+    /// Shrinker runs (any reason).
+    pub shrink_runs: u64,
+    /// Whether the memory-pressure (PSI) trigger is armed.
+    pub psi_active: bool,
     /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
     pub mthp: BTreeMap<String, OrderStats>,
 }
@@ -112,6 +144,15 @@ impl Counters {
             decompress_fail: g(&self.decompress_fail),
             checksum_fail: g(&self.checksum_fail),
             invalidated_pages: g(&self.invalidated_pages),
+            written_back_pages: g(&self.written_back_pages),
+            pswpout: g(&self.pswpout),
+            pswpin: g(&self.pswpin),
+            device_pages: g(&self.device_pages),
+            shrink_scanned: g(&self.shrink_scanned),
+            shrink_rotated: g(&self.shrink_rotated),
+            shrink_stop_protected: g(&self.shrink_stop_protected),
+            shrink_stop_loading: g(&self.shrink_stop_loading),
+            shrink_runs: g(&self.shrink_runs),
             mthp,
             ..Default::default()
         }
@@ -121,9 +162,12 @@ impl Counters {
 impl super::Zswap {
     pub fn stats(&self) -> ZswapStats {
         let mut s = self.counters.snapshot();
-        s.stored_pages = self.tree.len();
+        s.stored_pages = self.stored_pages();
         s.pool_total_size = self.pool.total_size();
         s.max_pool_bytes = self.limit.max();
+        s.lru_pages = self.tree.lru.len();
+        s.shrink_protected = self.tree.lru.protected();
+        s.psi_active = self.shrinker_psi_active();
         s
     }
 }

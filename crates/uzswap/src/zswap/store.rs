@@ -38,7 +38,7 @@ impl Zswap {
             });
         }
         let n = 1u64 << order;
-        if first.index() % n != 0 {
+        if first.index() & (n - 1) != 0 {
             return Err(StoreError::Misaligned {
                 index: first.index(),
                 order,
@@ -58,12 +58,18 @@ impl Zswap {
         let n = 1usize << order;
         // One limit check per folio, before any work (as the kernel does).
         // The estimate assumes 2:1; the pool may overshoot by one folio.
-        if !self
-            .limit
-            .admit(self.pool.total_size(), (data.len() / 2) as u64)
-        {
+        let incoming = (data.len() / 2) as u64;
+        if !self.limit.admit(self.pool.total_size(), incoming) {
             Counters::add(&self.counters.pool_limit_hit, 1);
-            return Err(StoreError::PoolLimit);
+            // Kernel: queue shrink_work to get back under the accept
+            // threshold. Unlike the kernel, whose rejected page goes to swap
+            // by itself, the caller here has nowhere else to put it, so make
+            // room for this folio now (direct reclaim, bounded to what it
+            // needs) when writeback can.
+            self.kick_limit_shrink();
+            if !(self.writeback_possible() && self.direct_reclaim(incoming)) {
+                return Err(StoreError::PoolLimit);
+            }
         }
 
         let results: Vec<OnceLock<Result<ZswapEntry, StoreError>>> =
@@ -116,6 +122,7 @@ impl Zswap {
             self.account_add(e);
         }
         Counters::add(&self.counters.zswpout, n as u64);
+        self.kick_share_shrink();
         if order > 0 {
             Counters::add(&self.counters.order_zswpout[order as usize], 1);
         }
@@ -136,6 +143,7 @@ impl Zswap {
                     payload: Payload::SameFilled(v),
                     crc: 0,
                     referenced: true,
+                    lru_seq: 0,
                 });
             }
         }
@@ -169,6 +177,7 @@ impl Zswap {
             },
             crc: checksum(key, object),
             referenced: true,
+            lru_seq: 0,
         })
     }
 
@@ -176,6 +185,7 @@ impl Zswap {
     pub(super) fn account_add(&self, e: &ZswapEntry) {
         let c = &self.counters;
         match e.payload {
+            Payload::Device { .. } => Counters::add(&c.device_pages, 1),
             Payload::SameFilled(_) => Counters::add(&c.same_filled_pages, 1),
             Payload::Pool { len, comp, .. } => {
                 Counters::add(&c.compressed_bytes, len as u64);
@@ -192,12 +202,23 @@ impl Zswap {
         if let Some(h) = e.handle() {
             self.pool.free(h);
         }
+        if let Some(slot) = e.slot() {
+            let dev = self.device.as_ref().expect("device entry without a device");
+            // A refused free means the slot accounting is broken: say so
+            // loudly in debug builds; in release the slot is leaked, which
+            // loses no data.
+            let r = dev.free(slot, 1);
+            debug_assert!(r.is_ok(), "freeing {slot:?}: {r:?}");
+        }
     }
 
     pub(super) fn account_remove(&self, e: &ZswapEntry) {
         use std::sync::atomic::Ordering::Relaxed;
         let c = &self.counters;
         match e.payload {
+            Payload::Device { .. } => {
+                c.device_pages.fetch_sub(1, Relaxed);
+            }
             Payload::SameFilled(_) => {
                 c.same_filled_pages.fetch_sub(1, Relaxed);
             }

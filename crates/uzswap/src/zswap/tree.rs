@@ -2,10 +2,18 @@
 //!
 //! Sharded by 2 MiB-aligned key group, so every folio (order <= 9, naturally
 //! aligned) lives in one shard and a folio store or load takes one lock once.
+//! Each shard also holds its part of the LRU (see `lru`) and the key ranges
+//! whose exclusive load is in flight (the shrinker stops when it meets one).
 //! Lock rule: at most one shard lock held at a time; never call into the batch
 //! engine while holding one except for keep-copy loads (see `load`).
+//!
+//! The guard keeps the LRU in step with the map: inserting a pool entry gives
+//! it a fresh `lru_seq` and a node at the ring's tail; removing or replacing
+//! one leaves its node stale (see `lru`); the count of LRU members and the
+//! published ring head are updated here and nowhere else.
 
 use super::entry::{SwapEntry, ZswapEntry};
+use super::lru::{Lru, Node, ShardLru};
 use parking_lot::{Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,19 +21,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const SHARDS: usize = 64;
 /// log2 of the pages in one shard group (a 2 MiB folio).
 const GROUP_SHIFT: u32 = crate::MAX_ORDER;
+/// Stale nodes a ring may carry beyond twice its map before it is filtered.
+const RING_SLACK: usize = 64;
 
 pub(crate) type Map = FxHashMap<u64, ZswapEntry>;
 
+#[derive(Default)]
+pub(crate) struct Shard {
+    map: Map,
+    lru: ShardLru,
+    /// (first key, pages) of exclusive loads in flight in this shard.
+    loading: Vec<(u64, u64)>,
+}
+
 pub(crate) struct Tree {
-    shards: Box<[Mutex<Map>]>,
+    shards: Box<[Mutex<Shard>]>,
     len: AtomicU64,
+    pub lru: Lru,
 }
 
 impl Tree {
     pub fn new() -> Self {
         Tree {
-            shards: (0..SHARDS).map(|_| Mutex::new(Map::default())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             len: AtomicU64::new(0),
+            lru: Lru::new(SHARDS),
         }
     }
 
@@ -39,52 +59,86 @@ impl Tree {
     pub fn lock(&self, first: SwapEntry, n: u64) -> ShardGuard<'_> {
         debug_assert!(n >= 1);
         debug_assert_eq!(Self::shard_of(first), Self::shard_of(first.offset(n - 1)));
+        self.lock_index(Self::shard_of(first))
+    }
+
+    /// Lock shard number `idx` (the shrinker walks shards by index).
+    pub fn lock_index(&self, idx: usize) -> ShardGuard<'_> {
         ShardGuard {
-            map: self.shards[Self::shard_of(first)].lock(),
-            len: &self.len,
+            shard: self.shards[idx].lock(),
+            tree: self,
+            idx,
         }
     }
 
+    /// Entries in the tree (pool, same-filled and written back).
     pub fn len(&self) -> u64 {
         self.len.load(Ordering::Relaxed)
     }
 
     /// Visit every shard in turn (stats, teardown). Takes each lock briefly.
     pub fn for_each_shard(&self, mut f: impl FnMut(&mut ShardGuard<'_>)) {
-        for s in self.shards.iter() {
-            let mut g = ShardGuard {
-                map: s.lock(),
-                len: &self.len,
-            };
+        for i in 0..self.shards.len() {
+            let mut g = self.lock_index(i);
             f(&mut g);
         }
     }
 }
 
-/// One locked shard. Keeps the tree's entry count in step with the map.
+/// One locked shard. Keeps the tree's entry count and the LRU in step with
+/// the map.
 pub(crate) struct ShardGuard<'a> {
-    map: MutexGuard<'a, Map>,
-    len: &'a AtomicU64,
+    shard: MutexGuard<'a, Shard>,
+    tree: &'a Tree,
+    idx: usize,
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        self.tree
+            .lru
+            .publish_head(self.idx, self.shard.lru.ring.front());
+    }
 }
 
 impl ShardGuard<'_> {
     pub fn get(&self, key: SwapEntry) -> Option<&ZswapEntry> {
-        self.map.get(&key.0)
+        self.shard.map.get(&key.0)
     }
+    /// Mutable access for fields that do not decide LRU membership (the
+    /// referenced bit, a deliberate corruption); payload kind and `lru_seq`
+    /// change only through the methods below.
     pub fn get_mut(&mut self, key: SwapEntry) -> Option<&mut ZswapEntry> {
-        self.map.get_mut(&key.0)
+        self.shard.map.get_mut(&key.0)
     }
-    pub fn insert(&mut self, key: SwapEntry, e: ZswapEntry) -> Option<ZswapEntry> {
-        let old = self.map.insert(key.0, e);
-        if old.is_none() {
-            self.len.fetch_add(1, Ordering::Relaxed);
+    pub fn insert(&mut self, key: SwapEntry, mut e: ZswapEntry) -> Option<ZswapEntry> {
+        e.lru_seq = 0;
+        if e.on_lru() {
+            e.lru_seq = self.tree.lru.next_seq();
+            self.shard.lru.ring.push_back(Node {
+                key: key.0,
+                seq: e.lru_seq,
+            });
+            self.tree.lru.added(1);
         }
+        let old = self.shard.map.insert(key.0, e);
+        match &old {
+            None => {
+                self.tree.len.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(o) if o.on_lru() => self.tree.lru.removed(1),
+            Some(_) => {}
+        }
+        self.maybe_filter_ring();
         old
     }
     pub fn remove(&mut self, key: SwapEntry) -> Option<ZswapEntry> {
-        let old = self.map.remove(&key.0);
-        if old.is_some() {
-            self.len.fetch_sub(1, Ordering::Relaxed);
+        let old = self.shard.map.remove(&key.0);
+        if let Some(o) = &old {
+            self.tree.len.fetch_sub(1, Ordering::Relaxed);
+            if o.on_lru() {
+                self.tree.lru.removed(1);
+            }
         }
         old
     }
@@ -94,16 +148,87 @@ impl ShardGuard<'_> {
         mut pred: impl FnMut(SwapEntry) -> bool,
         mut out: impl FnMut(SwapEntry, ZswapEntry),
     ) {
-        let len = self.len;
-        self.map.retain(|&k, e| {
+        let tree = self.tree;
+        self.shard.map.retain(|&k, e| {
             let key = SwapEntry(k);
             if pred(key) {
                 out(key, *e);
-                len.fetch_sub(1, Ordering::Relaxed);
+                tree.len.fetch_sub(1, Ordering::Relaxed);
+                if e.on_lru() {
+                    tree.lru.removed(1);
+                }
                 false
             } else {
                 true
             }
         });
+        self.maybe_filter_ring();
+    }
+
+    /// Take the ring's oldest node if its `seq` is at most `max_seq`.
+    pub fn pop_lru(&mut self, max_seq: u64) -> Option<Node> {
+        match self.shard.lru.ring.front() {
+            Some(n) if n.seq <= max_seq => self.shard.lru.ring.pop_front(),
+            _ => None,
+        }
+    }
+
+    /// Is `node` the live node of the entry under its key?
+    pub fn is_live(&self, node: Node) -> bool {
+        matches!(self.shard.map.get(&node.key), Some(e) if e.lru_seq == node.seq && e.on_lru())
+    }
+
+    /// Give the (live, pool) entry under `key` a new node at the tail. Used
+    /// for second chance and to put back an entry writeback gave up on.
+    pub fn requeue(&mut self, key: SwapEntry) {
+        let seq = self.tree.lru.next_seq();
+        if let Some(e) = self.shard.map.get_mut(&key.0) {
+            debug_assert!(e.on_lru());
+            e.lru_seq = seq;
+            self.shard.lru.ring.push_back(Node { key: key.0, seq });
+        }
+    }
+
+    /// Switch a pool entry to its written-back form; it leaves the LRU.
+    pub fn set_written_back(&mut self, key: SwapEntry, payload: super::entry::Payload, crc: u32) {
+        let e = self
+            .shard
+            .map
+            .get_mut(&key.0)
+            .expect("caller checked the entry");
+        debug_assert!(e.on_lru() && matches!(payload, super::entry::Payload::Device { .. }));
+        e.payload = payload;
+        e.crc = crc;
+        e.lru_seq = 0;
+        self.tree.lru.removed(1);
+    }
+
+    /// Mark `first .. first + n` as being loaded exclusively (entries are out
+    /// of the map meanwhile).
+    pub fn begin_load(&mut self, first: SwapEntry, n: u64) {
+        self.shard.loading.push((first.0, n));
+    }
+    pub fn end_load(&mut self, first: SwapEntry, n: u64) {
+        if let Some(i) = self.shard.loading.iter().position(|&r| r == (first.0, n)) {
+            self.shard.loading.swap_remove(i);
+        }
+    }
+    pub fn is_loading(&self, key: u64) -> bool {
+        self.shard
+            .loading
+            .iter()
+            .any(|&(f, n)| key >= f && key < f + n)
+    }
+
+    /// Drop stale nodes once they outnumber the shard's entries: bounds the
+    /// ring by the map, at O(1) amortised per insert.
+    fn maybe_filter_ring(&mut self) {
+        let s = &mut *self.shard;
+        if s.lru.ring.len() > 2 * s.map.len() + RING_SLACK {
+            let map = &s.map;
+            s.lru
+                .ring
+                .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
+        }
     }
 }

@@ -1,0 +1,393 @@
+//! The shrinker: writes cold entries back on memory pressure, not only when
+//! the pool limit is hit (seed 003; kernel: zswap_shrinker_count/scan and
+//! shrink_worker).
+//!
+//! # When it runs
+//! - **Pool limit hit** (the store path kicks it, as the kernel queues
+//!   shrink_work): write back until the pool is under the accept threshold.
+//!   No warm-region protection here: the limit must hold. The store that hit
+//!   the limit also reclaims synchronously just enough for itself (`store`).
+//! - **Pool over its share of the budget** (`pool_share_bytes`; the store
+//!   path kicks it): proactive, with the heuristics below, until the pool is
+//!   back under its share or the heuristics say stop.
+//! - **PSI memory pressure**: a trigger on /proc/pressure/memory
+//!   (`psi_trigger`, default "some 150000 1000000"); each event scans a
+//!   quarter of the freeable count. Where PSI is missing or the trigger is
+//!   refused (it needs CAP_SYS_RESOURCE for sub-2 s windows), one line on
+//!   stderr says so and the other triggers still work.
+//! - **On demand**: [`Zswap::shrink`] (synchronous) and
+//!   [`Zswap::memory_pressure`] (asynchronous, like a PSI event).
+//!
+//! # Heuristics (seed 003), proactive runs only
+//! - *Protected region*: recent stores, rotations and refaults (every load)
+//!   add to an estimate of warm entries, halved whenever it exceeds a
+//!   quarter of the LRU (`lru`). The freeable count excludes it, and a run
+//!   whose scan would reach into it does not start.
+//! - *Compression ratio*: the freeable count is scaled by pool bytes per
+//!   stored page: the better the pool compresses, the less a writeback
+//!   saves for its I/O, so the fewer are written.
+//! - *Stop at a page being loaded*: meeting an entry whose exclusive load is
+//!   in flight means the walk has reached warm pages.
+//! - *Second chance*: every entry is stored referenced; the walk rotates a
+//!   referenced entry once (clearing the bit) before writing it back.
+//!
+//! # Thread and locking
+//! [`Zswap::start_shrinker`] starts one thread per instance (and a PSI
+//! watcher thread when the trigger is armed). The thread holds only a weak
+//! reference to the instance between runs, so dropping the last `Arc`
+//! stops it; the instance's `Drop` wakes and joins both threads. The
+//! control state is one mutex + condvar, never held while the thread walks
+//! the LRU; the walk takes shard locks one at a time (`writeback`).
+
+use super::stats::Counters;
+pub use super::writeback::ShrinkStop;
+use super::writeback::WalkResult;
+use super::{Zswap, ZswapError};
+use crate::PAGE_SIZE;
+use parking_lot::{Condvar, Mutex};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A PSI event scans freeable >> PRESSURE_SHIFT entries.
+const PRESSURE_SHIFT: u32 = 2;
+/// Check the pool's share this often even without a kick.
+const IDLE_TICK: Duration = Duration::from_millis(500);
+
+/// What one shrink run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ShrinkResult {
+    /// Live LRU entries examined.
+    pub scanned: u64,
+    /// Entries given their second chance.
+    pub rotated: u64,
+    /// Pages written back.
+    pub written_back: u64,
+    /// Why the run ended before its scan budget, if it did.
+    pub stop: Option<ShrinkStop>,
+}
+
+impl From<WalkResult> for ShrinkResult {
+    fn from(w: WalkResult) -> Self {
+        ShrinkResult {
+            scanned: w.scanned,
+            rotated: w.rotated,
+            written_back: w.written,
+            stop: w.stop,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Events {
+    limit: bool,
+    share: bool,
+    pressure: u64,
+    stop: bool,
+}
+
+/// Shared between the instance, its shrinker thread and the PSI watcher.
+#[derive(Default)]
+pub(super) struct Control {
+    events: Mutex<Events>,
+    cv: Condvar,
+    running: AtomicBool,
+    share_pending: AtomicBool,
+    psi_active: AtomicBool,
+    /// eventfd that wakes the PSI watcher for shutdown.
+    psi_wake: Mutex<Option<OwnedFd>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Control {
+    fn post(&self, f: impl FnOnce(&mut Events)) {
+        f(&mut self.events.lock());
+        self.cv.notify_one();
+    }
+}
+
+impl Zswap {
+    /// The shrinker's freeable count (kernel: zswap_shrinker_count): LRU
+    /// entries outside the protected region, scaled by the pool's bytes per
+    /// stored page. 0 when the shrinker or writeback is off.
+    pub fn shrinker_count(&self) -> u64 {
+        if !self.writeback_possible() || !self.shrinker_on.load(Relaxed) {
+            return 0;
+        }
+        let lru = self.tree.lru.len();
+        if lru == 0 {
+            return 0;
+        }
+        let freeable = lru.saturating_sub(self.tree.lru.protected());
+        let backing = self.pool.total_size() / PAGE_SIZE as u64;
+        (freeable as u128 * backing as u128 / lru as u128) as u64
+    }
+
+    /// Shrink now, on the calling thread: scan up to `nr` entries (at most
+    /// the freeable count) from the cold end with seed 003's heuristics.
+    pub fn shrink(&self, nr: u64) -> ShrinkResult {
+        self.engine
+            .with_ctx(|ctx| self.proactive_shrink(nr, ctx, |_| false))
+    }
+
+    /// Report memory pressure (as a PSI event would): the shrinker thread
+    /// scans a quarter of the freeable count. No-op without the thread.
+    pub fn memory_pressure(&self) {
+        if self.shrink.running.load(Relaxed) {
+            self.shrink.post(|e| e.pressure += 1);
+        }
+    }
+
+    fn proactive_shrink(
+        &self,
+        nr: u64,
+        ctx: &mut dyn crate::compress::CompressCtx,
+        done: impl FnMut(&Zswap) -> bool,
+    ) -> ShrinkResult {
+        Counters::add(&self.counters.shrink_runs, 1);
+        let nr = nr.min(self.shrinker_count());
+        if nr == 0 {
+            let stop = if !self.writeback_possible() || !self.shrinker_on.load(Relaxed) {
+                ShrinkStop::Disabled
+            } else if self.tree.lru.len() == 0 {
+                ShrinkStop::Empty
+            } else {
+                Counters::add(&self.counters.shrink_stop_protected, 1);
+                ShrinkStop::Protected
+            };
+            return ShrinkResult {
+                stop: Some(stop),
+                ..Default::default()
+            };
+        }
+        // Seed 003: do not start a scan that would reach the warm region.
+        if self.tree.lru.protected() > self.tree.lru.len().saturating_sub(nr) {
+            Counters::add(&self.counters.shrink_stop_protected, 1);
+            return ShrinkResult {
+                stop: Some(ShrinkStop::Protected),
+                ..Default::default()
+            };
+        }
+        let r = self.writeback_walk(nr, true, ctx, done);
+        if r.stop == Some(ShrinkStop::Loading) {
+            Counters::add(&self.counters.shrink_stop_loading, 1);
+        }
+        r.into()
+    }
+
+    /// Limit-driven writeback (kernel: shrink_worker): until the pool is at
+    /// most `target` bytes. Second chance applies; protection does not.
+    fn limit_shrink(
+        &self,
+        target: u64,
+        ctx: &mut dyn crate::compress::CompressCtx,
+    ) -> ShrinkResult {
+        Counters::add(&self.counters.shrink_runs, 1);
+        // Twice the LRU: every entry may need its second chance first.
+        let max_scan = self.tree.lru.len().saturating_mul(2);
+        let r: ShrinkResult = self
+            .writeback_walk(max_scan, false, ctx, |z| z.pool.total_size() <= target)
+            .into();
+        if self.pool.total_size() > target && r.written_back > 0 {
+            // Freed objects leave holes in pool spans; give those back.
+            self.pool.compact();
+        }
+        r
+    }
+
+    /// The store path's direct reclaim: write back enough for `incoming`
+    /// more bytes. True if the store now fits under the limit.
+    pub(super) fn direct_reclaim(&self, incoming: u64) -> bool {
+        let cur = self.pool.total_size();
+        let need = (cur + incoming).saturating_sub(self.limit.max());
+        // A bound, not a goal: objects average well under a page, and a
+        // span is given back only once all its objects are gone.
+        let max_scan = need.div_ceil(512) + 128;
+        self.engine.with_ctx(|ctx| {
+            self.writeback_walk(max_scan, false, ctx, |z| {
+                z.limit.fits(z.pool.total_size(), incoming)
+            })
+        });
+        self.limit.fits(self.pool.total_size(), incoming)
+    }
+
+    pub(super) fn kick_limit_shrink(&self) {
+        if self.shrink.running.load(Relaxed) && self.writeback_possible() {
+            self.shrink.post(|e| e.limit = true);
+        }
+    }
+
+    pub(super) fn kick_share_shrink(&self) {
+        let c = &self.shrink;
+        if c.running.load(Relaxed)
+            && self.pool.total_size() > self.cfg.pool_share_bytes
+            && !c.share_pending.swap(true, Relaxed)
+        {
+            c.post(|e| e.share = true);
+        }
+    }
+
+    pub(super) fn shrinker_psi_active(&self) -> bool {
+        self.shrink.psi_active.load(Relaxed)
+    }
+
+    /// Start the shrinker thread (and the PSI watcher if `psi_trigger` is
+    /// set and the kernel accepts it). Idempotent. Without it, the pool
+    /// limit is still enforced by the store path's direct reclaim, and
+    /// [`Zswap::shrink`] still works.
+    pub fn start_shrinker(self: &Arc<Self>) -> Result<(), ZswapError> {
+        let c = &self.shrink;
+        if c.running.swap(true, Relaxed) {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(self);
+        let ctl = Arc::clone(c);
+        let t = std::thread::Builder::new()
+            .name("uzswap-shrink".into())
+            .spawn(move || shrinker_thread(weak, ctl))
+            .map_err(ZswapError::Thread)?;
+        c.threads.lock().push(t);
+        if let Some(trigger) = &self.cfg.psi_trigger {
+            match Psi::arm(trigger) {
+                Ok(psi) => {
+                    *c.psi_wake.lock() = Some(psi.wake_fd()?);
+                    c.psi_active.store(true, Relaxed);
+                    let ctl = Arc::clone(c);
+                    let t = std::thread::Builder::new()
+                        .name("uzswap-psi".into())
+                        .spawn(move || psi.watch(&ctl))
+                        .map_err(ZswapError::Thread)?;
+                    c.threads.lock().push(t);
+                }
+                Err(e) => eprintln!(
+                    "uzswap: memory pressure (PSI) trigger not armed, shrinking on the \
+                     pool limit, the pool share and on demand only: {e}"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop and join the threads (from `Drop`).
+    pub(super) fn stop_shrinker(&self) {
+        let c = &self.shrink;
+        if !c.running.swap(false, Relaxed) {
+            return;
+        }
+        c.post(|e| e.stop = true);
+        if let Some(fd) = c.psi_wake.lock().take() {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            // The watcher polls its own descriptor of the same eventfd.
+        }
+        let me = std::thread::current().id();
+        for t in c.threads.lock().drain(..) {
+            // The last Arc may be dropped by the shrinker thread itself,
+            // mid-run: it exits on its own once this returns.
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn shrinker_thread(weak: Weak<Zswap>, ctl: Arc<Control>) {
+    let mut ctx = None;
+    loop {
+        let ev = {
+            let mut e = ctl.events.lock();
+            if !(e.stop || e.limit || e.share || e.pressure > 0) {
+                ctl.cv.wait_for(&mut e, IDLE_TICK);
+            }
+            std::mem::take(&mut *e)
+        };
+        if ev.stop {
+            return;
+        }
+        let Some(z) = weak.upgrade() else { return };
+        let ctx = ctx.get_or_insert_with(|| z.engine.compressor().new_ctx());
+        let ctx = &mut **ctx;
+        if ev.limit && z.writeback_possible() {
+            z.limit_shrink(z.limit.accept_bytes(), ctx);
+        }
+        if z.shrinker_on.load(Relaxed) {
+            z.shrink.share_pending.store(false, Relaxed);
+            let share = z.cfg.pool_share_bytes;
+            if z.pool.total_size() > share {
+                z.proactive_shrink(u64::MAX, ctx, |z| z.pool.total_size() <= share);
+            }
+            if ev.pressure > 0 {
+                z.proactive_shrink(z.shrinker_count() >> PRESSURE_SHIFT, ctx, |_| false);
+            }
+        }
+    }
+}
+
+/// An armed PSI trigger and the eventfd that stops its watcher.
+struct Psi {
+    trigger: OwnedFd,
+    wake: OwnedFd,
+}
+
+impl Psi {
+    fn arm(trigger: &str) -> std::io::Result<Psi> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open("/proc/pressure/memory")?;
+        // The kernel parses the trigger from one write, NUL-terminated.
+        f.write_all(format!("{trigger}\0").as_bytes())?;
+        // SAFETY: eventfd takes no pointers; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Psi {
+            trigger: f.into(),
+            // SAFETY: `efd` is a fresh descriptor that nothing else owns.
+            wake: unsafe { OwnedFd::from_raw_fd(efd) },
+        })
+    }
+
+    fn wake_fd(&self) -> Result<OwnedFd, ZswapError> {
+        self.wake.try_clone().map_err(ZswapError::Thread)
+    }
+
+    fn watch(self, ctl: &Control) {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.trigger.as_raw_fd(),
+                events: libc::POLLPRI,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            // SAFETY: `fds` is a live array of two pollfds for the call.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if rc < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break;
+            }
+            if fds[1].revents != 0 || fds[0].revents & libc::POLLERR != 0 {
+                break;
+            }
+            if fds[0].revents & libc::POLLPRI != 0 {
+                ctl.post(|e| e.pressure += 1);
+            }
+        }
+        ctl.psi_active.store(false, Relaxed);
+    }
+}

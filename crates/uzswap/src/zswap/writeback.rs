@@ -1,0 +1,353 @@
+//! writeback: move cold entries from the pool to the swap device, and read
+//! written-back pages on load (kernel: zswap_writeback_entry and the swapin
+//! side of mm/page_io.c).
+//!
+//! # Protocol (one step of an LRU walk, one shard)
+//! 1. Under the shard lock: pop nodes from the shard's ring (oldest first,
+//!    no younger than the next shard's head, so the walk follows the global
+//!    LRU). A stale node is dropped; if its key is being loaded and the walk
+//!    is proactive, the walk stops (seed 003). A live, referenced entry gets
+//!    its second chance: the bit is cleared and it gets a new node at the
+//!    tail. A live, unreferenced entry is *isolated*: it keeps its `lru_seq`
+//!    but has no node any more, and its object is copied out.
+//! 2. With no lock held: verify each copy against its checksum (a corrupt
+//!    object is not written; it stays in the pool so a load reports it),
+//!    decompress it when the device holds plain pages, then allocate slots
+//!    for each run of consecutive keys (a folio: contiguous slots, falling
+//!    back to smaller orders) and write the run with one vectored write.
+//! 3. Under the shard lock again: an isolated entry that still has the same
+//!    `lru_seq` and handle is switched to its device form (it leaves the
+//!    LRU); one that was loaded, invalidated or replaced meanwhile is left
+//!    alone and its slot freed. After unlocking, the pool objects of the
+//!    switched entries are freed.
+//! 4. If the device is full or a write fails, the slots of that run are
+//!    freed, every entry not yet switched is put back at the LRU tail, the
+//!    pages are counted in `reject_reclaim_fail`, and the walk stops:
+//!    nothing leaves the pool unless its copy is on the device.
+//!
+//! `lru_seq` is the identity check of step 3: it is unique for the life of
+//! the instance, whereas a handle can be freed and handed to a new entry of
+//! the same key in between.
+//!
+//! Loads of written-back pages read every run of contiguous slots with one
+//! read after hinting the device's readahead window (page-cluster) to the
+//! kernel, so the neighbours a fault is likely to want next are being read
+//! meanwhile; the slots are freed when an exclusive load succeeds.
+
+use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
+use super::lru::Node;
+use super::stats::Counters;
+use super::{LoadError, Zswap};
+use crate::compress::{CompressCtx, CompressorId};
+use crate::swap::{SwapDevice, SwapSlot};
+use crate::zpool::Handle;
+use crate::{MAX_ORDER, PAGE_SIZE};
+
+/// Nodes taken from one ring per step (kernel reclaim's SWAP_CLUSTER_MAX).
+const WB_BATCH: usize = 32;
+
+/// Why a walk ended before its scan budget or goal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ShrinkStop {
+    /// The shrinker or writeback is off, or there is no device.
+    Disabled,
+    /// Only the protected (warm) region is left (seed 003).
+    Protected,
+    /// The LRU is empty.
+    Empty,
+    /// Met an entry being loaded (proactive walks only).
+    Loading,
+    /// The device has no free slot.
+    DeviceFull,
+    /// A device write failed.
+    DeviceError,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct WalkResult {
+    pub scanned: u64,
+    pub rotated: u64,
+    pub written: u64,
+    pub stop: Option<ShrinkStop>,
+}
+
+struct Candidate {
+    key: SwapEntry,
+    seq: u64,
+    handle: Handle,
+    /// What goes on the device: object or plain page, zero-padded.
+    data: Box<[u8]>,
+    len: u16,
+    comp: Option<CompressorId>,
+    crc: u32,
+}
+
+/// Pages a load read from the device: `index[i]` is entry i's page in `buf`.
+pub(super) struct DevicePages {
+    pub buf: Vec<u8>,
+    pub index: Vec<Option<usize>>,
+}
+
+impl Zswap {
+    /// Walk the LRU from its cold end, writing back unreferenced entries,
+    /// until `done()` holds, `max_scan` live entries were examined, or a
+    /// stop condition. `proactive` walks stop at an entry being loaded.
+    pub(super) fn writeback_walk(
+        &self,
+        max_scan: u64,
+        proactive: bool,
+        ctx: &mut dyn CompressCtx,
+        mut done: impl FnMut(&Zswap) -> bool,
+    ) -> WalkResult {
+        let mut res = WalkResult::default();
+        let Some(dev) = self.device.as_deref() else {
+            return res;
+        };
+        while res.scanned < max_scan && res.stop.is_none() && !done(self) {
+            if !self.writeback_possible() {
+                break;
+            }
+            let Some((idx, second)) = self.tree.lru.oldest_shard() else {
+                res.stop = Some(ShrinkStop::Empty);
+                break;
+            };
+            let mut batch = Vec::with_capacity(WB_BATCH);
+            {
+                let mut g = self.tree.lock_index(idx);
+                let mut popped = false;
+                while batch.len() < WB_BATCH && res.scanned < max_scan {
+                    let limit = if popped { second } else { u64::MAX };
+                    let Some(node) = g.pop_lru(limit) else { break };
+                    popped = true;
+                    if !g.is_live(node) {
+                        if proactive && g.is_loading(node.key) {
+                            res.stop = Some(ShrinkStop::Loading);
+                            break;
+                        }
+                        continue;
+                    }
+                    res.scanned += 1;
+                    let key = SwapEntry(node.key);
+                    let e = g.get_mut(key).expect("live node has an entry");
+                    if e.referenced {
+                        e.referenced = false;
+                        g.requeue(key);
+                        res.rotated += 1;
+                        // Kernel: a rotation widens the protected region.
+                        self.tree.lru.protect(1);
+                        continue;
+                    }
+                    batch.push(self.isolate(node, e));
+                }
+            }
+            if !batch.is_empty() {
+                let (written, stop) = self.write_batch(dev, idx, batch, ctx);
+                res.written += written;
+                if stop.is_some() {
+                    res.stop = stop;
+                }
+            }
+        }
+        Counters::add(&self.counters.shrink_scanned, res.scanned);
+        Counters::add(&self.counters.shrink_rotated, res.rotated);
+        res
+    }
+
+    /// Copy an unreferenced entry's object out (under the shard lock).
+    fn isolate(&self, node: Node, e: &ZswapEntry) -> Candidate {
+        let Payload::Pool { handle, len, comp } = e.payload else {
+            unreachable!("only pool entries are on the LRU")
+        };
+        let mut data = vec![0u8; PAGE_SIZE].into_boxed_slice();
+        self.pool
+            .read(handle, |obj| data[..obj.len()].copy_from_slice(obj));
+        Candidate {
+            key: SwapEntry(node.key),
+            seq: node.seq,
+            handle,
+            data,
+            len,
+            comp,
+            crc: e.crc,
+        }
+    }
+
+    /// Steps 2-4 of the protocol for candidates isolated from shard `idx`.
+    /// Returns the pages written back and why it stopped early, if it did.
+    fn write_batch(
+        &self,
+        dev: &SwapDevice,
+        idx: usize,
+        mut batch: Vec<Candidate>,
+        ctx: &mut dyn CompressCtx,
+    ) -> (u64, Option<ShrinkStop>) {
+        let mut keep = Vec::new();
+        batch.retain_mut(|c| {
+            let ok = self.prepare(c, ctx);
+            if !ok {
+                keep.push((c.key, c.seq));
+            }
+            ok
+        });
+        if !keep.is_empty() {
+            self.requeue(idx, &keep);
+        }
+        // Oldest first in the ring means store order; sort by key so the
+        // pages of a folio (stored together) form one run.
+        batch.sort_unstable_by_key(|c| c.key);
+        let mut written = 0;
+        let mut i = 0;
+        while i < batch.len() {
+            let mut j = i + 1;
+            while j < batch.len()
+                && batch[j].key.0 == batch[j - 1].key.0 + 1
+                && j - i < 1 << MAX_ORDER
+            {
+                j += 1;
+            }
+            while i < j {
+                let order = (usize::BITS - 1 - (j - i).leading_zeros()).min(MAX_ORDER);
+                let Some((slot, got)) = dev.alloc_fallback(order) else {
+                    self.give_up(idx, &batch[i..]);
+                    return (written, Some(ShrinkStop::DeviceFull));
+                };
+                let n = 1usize << got;
+                let pages: Vec<&[u8]> = batch[i..i + n].iter().map(|c| &c.data[..]).collect();
+                if dev.write(slot, &pages).is_err() {
+                    let r = dev.free(slot, n as u64);
+                    debug_assert!(r.is_ok(), "{r:?}");
+                    self.give_up(idx, &batch[i..]);
+                    return (written, Some(ShrinkStop::DeviceError));
+                }
+                Counters::add(&self.counters.pswpout, n as u64);
+                written += self.commit(dev, idx, &batch[i..i + n], slot);
+                i += n;
+            }
+        }
+        (written, None)
+    }
+
+    /// Verify a copy and put it in the device's format. False: corrupt, do
+    /// not write it (it stays in the pool and its load reports the damage).
+    fn prepare(&self, c: &mut Candidate, ctx: &mut dyn CompressCtx) -> bool {
+        let obj = &c.data[..c.len as usize];
+        if self.cfg.writeback_compressed || c.comp.is_none() {
+            if checksum(c.key, obj) != c.crc {
+                Counters::add(&self.counters.checksum_fail, 1);
+                return false;
+            }
+            return true;
+        }
+        let mut page = vec![0u8; PAGE_SIZE].into_boxed_slice();
+        if self
+            .decode(c.key, c.crc, c.comp, obj, &mut page, ctx)
+            .is_err()
+        {
+            return false;
+        }
+        c.crc = checksum(c.key, &page);
+        c.data = page;
+        c.len = PAGE_SIZE as u16;
+        c.comp = None;
+        true
+    }
+
+    /// Step 3: switch the entries still unchanged to their device form.
+    fn commit(&self, dev: &SwapDevice, idx: usize, run: &[Candidate], slot: SwapSlot) -> u64 {
+        let mut freed = Vec::with_capacity(run.len());
+        let mut unused = Vec::new();
+        {
+            let mut g = self.tree.lock_index(idx);
+            for (k, c) in run.iter().enumerate() {
+                let s = SwapSlot(slot.0 + k as u64);
+                match g.get(c.key) {
+                    Some(e) if e.lru_seq == c.seq && e.handle() == Some(c.handle) => {
+                        let old = *e;
+                        let payload = Payload::Device {
+                            slot: s,
+                            len: c.len,
+                            comp: c.comp,
+                        };
+                        g.set_written_back(c.key, payload, c.crc);
+                        let new = *g.get(c.key).expect("just set");
+                        freed.push((old, new));
+                    }
+                    _ => unused.push(s),
+                }
+            }
+        }
+        for s in unused {
+            let r = dev.free(s, 1);
+            debug_assert!(r.is_ok(), "{r:?}");
+        }
+        for (old, new) in &freed {
+            self.account_remove(old);
+            self.release(old);
+            self.account_add(new);
+        }
+        let n = freed.len() as u64;
+        Counters::add(&self.counters.written_back_pages, n);
+        Counters::add(&self.counters.zswpwb, n);
+        n
+    }
+
+    /// Step 4: the rest of the batch goes back on the LRU, counted as failed.
+    fn give_up(&self, idx: usize, rest: &[Candidate]) {
+        Counters::add(&self.counters.reject_reclaim_fail, rest.len() as u64);
+        let nodes: Vec<(SwapEntry, u64)> = rest.iter().map(|c| (c.key, c.seq)).collect();
+        self.requeue(idx, &nodes);
+    }
+
+    fn requeue(&self, idx: usize, nodes: &[(SwapEntry, u64)]) {
+        let mut g = self.tree.lock_index(idx);
+        for &(key, seq) in nodes {
+            // Only if still isolated by us: loaded, invalidated or replaced
+            // entries have no (or another) sequence number now.
+            if g.is_live(Node { key: key.0, seq }) {
+                g.requeue(key);
+            }
+        }
+    }
+
+    /// Read the written-back pages among `entries` (the folio from `first`),
+    /// one read per run of contiguous slots.
+    pub(super) fn read_device(
+        &self,
+        first: SwapEntry,
+        entries: &[ZswapEntry],
+    ) -> Result<DevicePages, LoadError> {
+        let mut out = DevicePages {
+            buf: Vec::new(),
+            index: vec![None; entries.len()],
+        };
+        let slots: Vec<(usize, SwapSlot)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.slot().map(|s| (i, s)))
+            .collect();
+        if slots.is_empty() {
+            return Ok(out);
+        }
+        let dev = self
+            .device
+            .as_deref()
+            .expect("device entry without a device");
+        dev.readahead(slots[0].1);
+        out.buf = vec![0u8; slots.len() * PAGE_SIZE];
+        let mut a = 0;
+        while a < slots.len() {
+            let mut b = a + 1;
+            while b < slots.len() && slots[b].1 .0 == slots[b - 1].1 .0 + 1 {
+                b += 1;
+            }
+            let buf = &mut out.buf[a * PAGE_SIZE..b * PAGE_SIZE];
+            dev.read(slots[a].1, (b - a) as u64, buf)
+                .map_err(|e| LoadError::Device(first.offset(slots[a].0 as u64), e.to_string()))?;
+            for (j, &(i, _)) in slots[a..b].iter().enumerate() {
+                out.index[i] = Some(a + j);
+            }
+            a = b;
+        }
+        Ok(out)
+    }
+}

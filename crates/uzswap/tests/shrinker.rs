@@ -1,0 +1,386 @@
+//! LRU, shrinker and writeback: the kernel's cgroup zswap tests
+//! (tools/testing/selftests/cgroup/test_zswap.c) rebuilt on instances, plus
+//! second chance, the protected region, device failures and a stress run.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uzswap::swap::device::failpoints::{Fault, IoOp};
+use uzswap::swap::{SwapDevice, SwapDeviceConfig};
+use uzswap::zswap::{ShrinkStop, StoreError};
+use uzswap::{LoadMode, Pattern, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
+
+fn dev_cfg(mib: u64) -> SwapDeviceConfig {
+    SwapDeviceConfig {
+        dir: std::env::temp_dir(),
+        size_bytes: mib << 20,
+        ..Default::default()
+    }
+}
+
+fn cfg(limit: u64, device_mib: Option<u64>) -> ZswapConfig {
+    ZswapConfig {
+        workers: 2,
+        max_pool_bytes: limit,
+        swap_device: device_mib.map(dev_cfg),
+        psi_trigger: None,
+        ..Default::default()
+    }
+}
+
+fn page(index: u64, seed: u64) -> Vec<u8> {
+    let mut p = vec![0u8; PAGE_SIZE];
+    Pattern::Text.fill(index, seed, &mut p);
+    p
+}
+
+fn check(z: &Zswap, key: SwapEntry, seed: u64, mode: LoadMode) {
+    let mut out = vec![0u8; PAGE_SIZE];
+    z.load(key, &mut out, mode)
+        .unwrap_or_else(|e| panic!("{key:?}: {e}"));
+    assert!(out == page(key.index(), seed), "{key:?}: content differs");
+}
+
+/// test_zswap_usage: the pool's memory is accounted and given back.
+#[test]
+fn pool_usage_is_accounted() {
+    let z = Zswap::new(cfg(u64::MAX, None)).unwrap();
+    for i in 0..256 {
+        z.store(SwapEntry::new(0, i), &page(i, 1)).unwrap();
+    }
+    let s = z.stats();
+    assert_eq!(s.stored_pages, 256);
+    assert_eq!(s.lru_pages, 256);
+    assert!(s.pool_total_size > 0 && s.pool_total_size < 256 * PAGE_SIZE as u64);
+    assert_eq!(z.invalidate_range(SwapEntry::new(0, 0), 256), 256);
+    let s = z.stats();
+    assert_eq!((s.stored_pages, s.lru_pages, s.pool_total_size), (0, 0, 0));
+}
+
+/// test_zswap_writeback(wb = true) and test_swapin_nozswap: under a small
+/// pool limit pages go to the device, and come back from it byte-exact.
+#[test]
+fn writeback_under_pool_limit_reads_back_from_device() {
+    let limit = 256 << 10;
+    let z = Zswap::new(cfg(limit, Some(64))).unwrap();
+    let n = 4096u64;
+    for i in 0..n {
+        z.store(SwapEntry::new(1, i), &page(i, 2))
+            .unwrap_or_else(|e| panic!("store {i}: {e}"));
+    }
+    let s = z.stats();
+    assert!(s.written_back_pages > n / 2, "{s:?}");
+    assert_eq!(s.written_back_pages, s.zswpwb);
+    assert_eq!(s.pswpout, s.written_back_pages);
+    assert_eq!(s.device_pages + s.stored_pages, n);
+    assert!(
+        s.pool_total_size <= limit + (64 << 10),
+        "pool {} over limit {limit}",
+        s.pool_total_size
+    );
+    for i in 0..n {
+        check(&z, SwapEntry::new(1, i), 2, LoadMode::Exclusive);
+    }
+    let s = z.stats();
+    assert!(s.pswpin > 0 && s.zswpin > 0, "{s:?}");
+    assert_eq!(s.pswpin + s.zswpin, n);
+    assert_eq!(s.device_pages, 0);
+    assert_eq!(
+        z.swap_device().unwrap().stats().used,
+        0,
+        "slots freed on load"
+    );
+}
+
+/// test_zswap_writeback(wb = false): no writeback, and the limit holds by
+/// refusing stores.
+#[test]
+fn writeback_disabled_keeps_pages_and_limit() {
+    let limit = 256 << 10;
+    let z = Zswap::new(ZswapConfig {
+        writeback_enabled: false,
+        ..cfg(limit, Some(64))
+    })
+    .unwrap();
+    let mut stored = Vec::new();
+    for i in 0..4096u64 {
+        match z.store(SwapEntry::new(1, i), &page(i, 3)) {
+            Ok(()) => stored.push(i),
+            Err(StoreError::PoolLimit) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let s = z.stats();
+    assert_eq!(s.written_back_pages, 0);
+    assert!(s.pool_limit_hit > 0);
+    assert!(s.pool_total_size <= limit + (64 << 10), "{s:?}");
+    assert_eq!(z.shrink(u64::MAX).stop, Some(ShrinkStop::Disabled));
+    for &i in &stored {
+        check(&z, SwapEntry::new(1, i), 3, LoadMode::KeepCopy);
+    }
+    // Switched on at run time, writeback makes room.
+    z.set_writeback_enabled(true);
+    for i in 4096..8192u64 {
+        z.store(SwapEntry::new(1, i), &page(i, 3)).unwrap();
+    }
+    assert!(z.stats().written_back_pages > 0);
+}
+
+/// test_no_invasive_cgroup_shrink: shrinking one instance never touches
+/// another, even when they share the device.
+#[test]
+fn shrinking_one_instance_leaves_another_alone() {
+    let dev = Arc::new(SwapDevice::create(dev_cfg(64)).unwrap());
+    let a = Zswap::with_device(cfg(u64::MAX, None), Arc::clone(&dev)).unwrap();
+    let b = Zswap::with_device(cfg(u64::MAX, None), Arc::clone(&dev)).unwrap();
+    for i in 0..1024 {
+        a.store(SwapEntry::new(1, i), &page(i, 4)).unwrap();
+        b.store(SwapEntry::new(1, i), &page(i, 5)).unwrap();
+    }
+    let before = b.stats();
+    let mut written = 0;
+    for _ in 0..8 {
+        written += a.shrink(u64::MAX).written_back;
+    }
+    assert!(written > 0, "{:?}", a.stats());
+    let after = b.stats();
+    assert_eq!(after.written_back_pages, 0);
+    assert_eq!(after.shrink_scanned, 0);
+    assert_eq!(after.stored_pages, before.stored_pages);
+    assert_eq!(after.pool_total_size, before.pool_total_size);
+    assert_eq!(after.lru_pages, before.lru_pages);
+    for i in 0..1024 {
+        check(&a, SwapEntry::new(1, i), 4, LoadMode::Exclusive);
+        check(&b, SwapEntry::new(1, i), 5, LoadMode::Exclusive);
+    }
+    assert_eq!(dev.stats().used, 0);
+}
+
+/// Every entry is stored referenced: the first pass rotates, the next
+/// writes back. The freeable count leaves the protected region out.
+#[test]
+fn second_chance_and_protected_region() {
+    let z = Zswap::new(cfg(u64::MAX, Some(64))).unwrap();
+    for i in 0..2048 {
+        z.store(SwapEntry::new(1, i), &page(i, 6)).unwrap();
+    }
+    let s = z.stats();
+    assert!(
+        s.shrink_protected > 0 && s.shrink_protected <= s.lru_pages / 4 + 1,
+        "{s:?}"
+    );
+    let count = z.shrinker_count();
+    let ratio = s.pool_total_size as f64 / (s.lru_pages * PAGE_SIZE as u64) as f64;
+    let expect = ((s.lru_pages - s.shrink_protected) as f64 * ratio) as u64;
+    assert!(
+        count.abs_diff(expect) <= 1,
+        "count {count}, expected {expect}"
+    );
+    let first = z.shrink(count);
+    assert_eq!(first.written_back, 0, "{first:?}");
+    assert_eq!(first.rotated, first.scanned);
+    assert!(first.rotated > 0);
+    let mut written = 0;
+    for _ in 0..8 {
+        written += z.shrink(u64::MAX).written_back;
+    }
+    assert!(written > 0, "{:?}", z.stats());
+    // Refaults widen the protected region.
+    let p0 = z.stats().shrink_protected;
+    let mut out = vec![0u8; PAGE_SIZE];
+    z.load(SwapEntry::new(1, 0), &mut out, LoadMode::KeepCopy)
+        .unwrap();
+    assert!(z.stats().shrink_protected >= p0.min(1));
+    for i in 0..2048 {
+        check(&z, SwapEntry::new(1, i), 6, LoadMode::Exclusive);
+    }
+}
+
+/// Folios are written to contiguous slots and read back whole, in both
+/// device formats.
+#[test]
+fn folios_round_trip_through_the_device_in_both_formats() {
+    for compressed in [true, false] {
+        let z = Zswap::new(ZswapConfig {
+            writeback_compressed: compressed,
+            store_incompressible: true,
+            ..cfg(u64::MAX, Some(64))
+        })
+        .unwrap();
+        let order = 4;
+        let n = 1u64 << order;
+        let mut data = vec![0u8; PAGE_SIZE << order];
+        for f in 0..32u64 {
+            for (i, p) in data.chunks_exact_mut(PAGE_SIZE).enumerate() {
+                Pattern::Text.fill(f * n + i as u64, 7, p);
+            }
+            z.store_folio(SwapEntry::new(1, f * n), order, &data)
+                .unwrap();
+        }
+        for _ in 0..8 {
+            z.shrink(u64::MAX);
+        }
+        let s = z.stats();
+        assert!(s.device_pages > 0, "compressed={compressed}: {s:?}");
+        let dev = z.swap_device().unwrap().stats();
+        assert!(
+            dev.alloc[order as usize] > 0,
+            "folio-sized slot runs: {dev:?}"
+        );
+        let mut out = vec![0u8; PAGE_SIZE << order];
+        for f in 0..32u64 {
+            let first = SwapEntry::new(1, f * n);
+            z.load_folio(first, order, &mut out, LoadMode::Exclusive)
+                .unwrap();
+            for (i, p) in out.chunks_exact(PAGE_SIZE).enumerate() {
+                let mut want = vec![0u8; PAGE_SIZE];
+                Pattern::Text.fill(f * n + i as u64, 7, &mut want);
+                assert!(p == &want[..], "compressed={compressed} folio {f} page {i}");
+            }
+        }
+        assert_eq!(z.swap_device().unwrap().stats().used, 0);
+    }
+}
+
+/// A full device stops writeback; the entries stay in the pool.
+#[test]
+fn full_device_keeps_entries_in_the_pool() {
+    let z = Zswap::new(cfg(u64::MAX, Some(2))).unwrap(); // one cluster: 512 slots
+    for i in 0..2048 {
+        z.store(SwapEntry::new(1, i), &page(i, 8)).unwrap();
+    }
+    let mut last = None;
+    for _ in 0..16 {
+        last = z.shrink(u64::MAX).stop;
+    }
+    let s = z.stats();
+    assert_eq!(s.device_pages, 512, "{s:?}");
+    assert!(s.reject_reclaim_fail > 0);
+    assert_eq!(last, Some(ShrinkStop::DeviceFull));
+    assert_eq!(s.device_pages + s.stored_pages, 2048);
+    for i in 0..2048 {
+        check(&z, SwapEntry::new(1, i), 8, LoadMode::Exclusive);
+    }
+}
+
+/// A failing write: slots freed, entries kept, failure counted, and a
+/// failing read is an error with the page still there.
+#[test]
+fn device_errors_lose_nothing() {
+    let z = Zswap::new(cfg(u64::MAX, Some(64))).unwrap();
+    for i in 0..512 {
+        z.store(SwapEntry::new(1, i), &page(i, 9)).unwrap();
+    }
+    let dev = Arc::clone(z.swap_device().unwrap());
+    dev.inject_fault(IoOp::Write, Fault::Errno(libc::EIO));
+    // The first runs only rotate (second chance); the first write fails.
+    let failed = (0..8).find(|_| z.shrink(u64::MAX).stop == Some(ShrinkStop::DeviceError));
+    assert!(failed.is_some(), "{:?}", z.stats());
+    let s = z.stats();
+    assert!(s.reject_reclaim_fail > 0);
+    assert_eq!(s.device_pages + s.stored_pages, 512);
+    assert_eq!(dev.stats().used, s.device_pages, "failed run's slots freed");
+    for _ in 0..8 {
+        z.shrink(u64::MAX);
+    }
+    assert!(z.stats().device_pages > 0);
+    dev.inject_fault(IoOp::Read, Fault::Errno(libc::EIO));
+    let mut errors = 0;
+    let mut out = vec![0u8; PAGE_SIZE];
+    for i in 0..512 {
+        let k = SwapEntry::new(1, i);
+        match z.load(k, &mut out, LoadMode::Exclusive) {
+            Ok(()) => assert!(out == page(i, 9)),
+            Err(e) => {
+                errors += 1;
+                assert!(e.to_string().contains("swap device"), "{e}");
+                check(&z, k, 9, LoadMode::Exclusive);
+            }
+        }
+    }
+    assert_eq!(errors, 1);
+    assert_eq!(dev.stats().used, 0);
+}
+
+/// The shrinker thread writes back once the pool exceeds its share.
+#[test]
+fn shrinker_thread_enforces_the_pool_share() {
+    let share = 128 << 10;
+    let z = Arc::new(
+        Zswap::new(ZswapConfig {
+            pool_share_bytes: share,
+            ..cfg(u64::MAX, Some(64))
+        })
+        .unwrap(),
+    );
+    z.start_shrinker().unwrap();
+    for round in 0..4u64 {
+        for i in 0..1024 {
+            z.store(SwapEntry::new(1, round * 1024 + i), &page(i, 10))
+                .unwrap();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while z.stats().written_back_pages == 0 && Instant::now() < deadline {
+        z.memory_pressure();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(z.stats().written_back_pages > 0, "{:?}", z.stats());
+    drop(z); // joins the thread
+}
+
+/// Stores, loads and invalidates from several threads while the shrinker
+/// thread and direct reclaim write back under a tiny pool limit.
+#[test]
+fn concurrent_writeback_keeps_content() {
+    let z = Arc::new(Zswap::new(cfg(128 << 10, Some(64))).unwrap());
+    z.start_shrinker().unwrap();
+    let stop = Instant::now() + Duration::from_millis(1500);
+    let threads: Vec<_> = (0..3u32)
+        .map(|t| {
+            let z = Arc::clone(&z);
+            std::thread::spawn(move || {
+                let mut rng = 0x9e37_79b9u64 ^ t as u64;
+                let mut gen = vec![0u64; 1024];
+                let mut present = vec![false; 1024];
+                let mut out = vec![0u8; PAGE_SIZE];
+                let mut ops = 0u64;
+                while Instant::now() < stop {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let i = (rng % 1024) as usize;
+                    let key = SwapEntry::new(t, i as u64);
+                    match (rng >> 20) % 4 {
+                        0 | 1 => {
+                            gen[i] += 1;
+                            match z.store(key, &page(i as u64, gen[i])) {
+                                Ok(()) => present[i] = true,
+                                Err(StoreError::PoolLimit) => present[i] = false,
+                                Err(e) => panic!("{e}"),
+                            }
+                        }
+                        2 => {
+                            if present[i] {
+                                z.load(key, &mut out, LoadMode::Exclusive).unwrap();
+                                assert!(out == page(i as u64, gen[i]), "{key:?}");
+                                present[i] = false;
+                            } else {
+                                assert!(!z.contains(key));
+                            }
+                        }
+                        _ => {
+                            assert_eq!(z.invalidate(key), present[i]);
+                            present[i] = false;
+                        }
+                    }
+                    ops += 1;
+                }
+                ops
+            })
+        })
+        .collect();
+    let ops: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let s = z.stats();
+    assert!(ops > 1000 && s.written_back_pages > 0, "ops {ops} {s:?}");
+    assert_eq!(s.checksum_fail + s.decompress_fail, 0);
+}
