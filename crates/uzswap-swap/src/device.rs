@@ -714,3 +714,153 @@ fn punch_hole(file: &File, counters: &Counters, r: SlotRange) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::failpoints::{Fault, IoOp};
+    use super::*;
+
+    fn dev(clusters: u64) -> (SwapDevice, PathBuf) {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "uzswap-dev-unit-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = SwapDevice::create(SwapDeviceConfig {
+            dir: dir.clone(),
+            size_bytes: clusters * CLUSTER_BYTES,
+            ..SwapDeviceConfig::default()
+        })
+        .unwrap();
+        (d, dir)
+    }
+
+    fn page(tag: u8) -> Vec<u8> {
+        (0..PAGE_SIZE)
+            .map(|i| (i as u8).wrapping_mul(31) ^ tag)
+            .collect()
+    }
+
+    #[test]
+    fn injected_write_error_keeps_slots_owned_and_accounting_exact() {
+        let (d, dir) = dev(2);
+        let s = d.alloc(2).unwrap();
+        let pages: Vec<Vec<u8>> = (0..4).map(page).collect();
+        let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+        d.inject_fault(IoOp::Write, Fault::Errno(libc::EIO));
+        let e = d.write(s, &refs).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        let st = d.stats();
+        assert_eq!((st.io_errors, st.used, st.pswpout), (1, 4, 0));
+        // Still the caller's: a retry works and reads back exactly.
+        d.write(s, &refs).unwrap();
+        let mut buf = vec![0u8; 4 * PAGE_SIZE];
+        d.read(s, 4, &mut buf).unwrap();
+        for (i, p) in pages.iter().enumerate() {
+            assert_eq!(&buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE], &p[..]);
+        }
+        d.free(s, 4).unwrap();
+        assert_eq!(d.stats().used, 0);
+        d.allocator().check_invariants().unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn short_writes_are_continued_then_an_error_is_returned() {
+        let (d, dir) = dev(1);
+        let s = d.alloc(3).unwrap();
+        let pages: Vec<Vec<u8>> = (0..8).map(|i| page(i + 10)).collect();
+        let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+        // Two short writes (one mid-page), then the rest: data is exact.
+        d.inject_fault(IoOp::Write, Fault::Short(PAGE_SIZE + 100));
+        d.inject_fault(IoOp::Write, Fault::Short(3 * PAGE_SIZE));
+        d.write(s, &refs).unwrap();
+        let mut buf = vec![0u8; 8 * PAGE_SIZE];
+        d.inject_fault(IoOp::Read, Fault::Short(PAGE_SIZE / 2));
+        d.read(s, 8, &mut buf).unwrap();
+        assert_eq!(buf, pages.concat());
+        // A short write followed by ENOSPC (a full filesystem) is an error.
+        d.inject_fault(IoOp::Write, Fault::Short(PAGE_SIZE));
+        d.inject_fault(IoOp::Write, Fault::Errno(libc::ENOSPC));
+        let e = d.write(s, &refs).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        // A write that makes no progress is an error too, not a hang.
+        d.inject_fault(IoOp::Write, Fault::Short(0));
+        assert_eq!(
+            d.write(s, &refs).unwrap_err().kind(),
+            io::ErrorKind::WriteZero
+        );
+        d.inject_fault(IoOp::Read, Fault::Errno(libc::EIO));
+        assert!(d.read(s, 8, &mut buf).is_err());
+        let st = d.stats();
+        assert_eq!((st.io_errors, st.used, st.pswpout, st.pswpin), (3, 8, 8, 8));
+        d.free(s, 8).unwrap();
+        d.allocator().check_invariants().unwrap();
+        assert_eq!(d.stats().used, 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn failures_under_concurrency_keep_accounting_consistent() {
+        let (d, dir) = dev(8);
+        let d = Arc::new(d);
+        for i in 0..200 {
+            d.inject_fault(
+                IoOp::Write,
+                Fault::Errno(if i % 2 == 0 { libc::EIO } else { libc::ENOSPC }),
+            );
+        }
+        let failed = Arc::new(AtomicU64::new(0));
+        let hs: Vec<_> = (0..4u8)
+            .map(|t| {
+                let (d, failed) = (Arc::clone(&d), Arc::clone(&failed));
+                std::thread::spawn(move || {
+                    let mut kept = Vec::new();
+                    for i in 0..300u32 {
+                        let order = [0, 2, 4][i as usize % 3];
+                        let Some((s, got)) = d.alloc_fallback(order) else {
+                            continue;
+                        };
+                        let n = 1usize << got;
+                        let pages: Vec<Vec<u8>> = (0..n).map(|k| page(t ^ k as u8)).collect();
+                        let refs: Vec<&[u8]> = pages.iter().map(|p| &p[..]).collect();
+                        match d.write(s, &refs) {
+                            // The caller still owns failed slots and frees them.
+                            Err(_) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                d.free(s, n as u64).unwrap();
+                            }
+                            Ok(()) => kept.push((s, pages)),
+                        }
+                        if kept.len() > 20 {
+                            let (s, pages) = kept.swap_remove(0);
+                            let mut buf = vec![0u8; pages.len() * PAGE_SIZE];
+                            d.read(s, pages.len() as u64, &mut buf).unwrap();
+                            assert_eq!(buf, pages.concat());
+                            d.free(s, pages.len() as u64).unwrap();
+                        }
+                    }
+                    kept
+                })
+            })
+            .collect();
+        let mut held = 0u64;
+        let kept: Vec<_> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        for (_, p) in &kept {
+            held += p.len() as u64;
+        }
+        let st = d.stats();
+        assert_eq!(failed.load(Ordering::Relaxed), 200);
+        assert_eq!(st.io_errors, 200);
+        assert_eq!(st.used, held);
+        d.allocator().check_invariants().unwrap();
+        for (s, p) in kept {
+            d.free(s, p.len() as u64).unwrap();
+        }
+        d.allocator().check_invariants().unwrap();
+        assert_eq!(d.stats().used, 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
