@@ -35,8 +35,8 @@ struct Victim {
 }
 
 /// A batch that frees less than this fraction of its size is futile (the
-/// data does not compress, or nothing is evictable): stop trying for a while
-/// instead of burning CPU on it.
+/// data does not compress, so storing it only moves bytes from resident to
+/// pool): stop trying for a while instead of burning CPU on it.
 const FUTILE_DIVISOR: i64 = 8;
 const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -72,10 +72,15 @@ pub(super) fn backstop(sh: &Shared) {
     let mut clock = sh.evict_lock.lock();
     while sh.usage() + sh.chunk as u64 > limit {
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
-        let freed = evict_batch(sh, &mut clock);
-        if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR {
-            set_futile(sh);
-            break;
+        match evict_batch(sh, &mut clock) {
+            // Nothing resident to take: the pool alone is over the budget
+            // (no writeback yet); this fault's chunk is the next victim.
+            None => break,
+            Some(freed) if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
+                set_futile(sh);
+                break;
+            }
+            Some(_) => {}
         }
     }
 }
@@ -106,9 +111,13 @@ pub(super) fn evictor_loop(sh: &Shared) {
                 let mut clock = sh.evict_lock.lock();
                 evict_batch(sh, &mut clock)
             };
-            if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR {
-                set_futile(sh);
-                break;
+            match freed {
+                None => break,
+                Some(f) if f < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
+                    set_futile(sh);
+                    break;
+                }
+                Some(_) => {}
             }
         }
         sh.evictor_busy.store(false, Relaxed);
@@ -116,16 +125,17 @@ pub(super) fn evictor_loop(sh: &Shared) {
 }
 
 /// Pick one batch by CLOCK and evict it. Returns the bytes of usage it
-/// freed (resident bytes uncharged minus pool growth).
-fn evict_batch(sh: &Shared, clock: &mut Clock) -> i64 {
+/// freed (resident bytes uncharged minus pool growth), or None if no chunk
+/// could be taken.
+fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
     let want = (sh.batch_bytes / sh.chunk as u64).max(1) as usize;
     let regions = sh.snapshot_regions();
     let victims = select(clock, &regions, want);
     if victims.is_empty() {
-        return 0;
+        return None;
     }
     sh.ctr.evict_batches.fetch_add(1, Relaxed);
-    run_protocol(sh, victims)
+    Some(run_protocol(sh, victims))
 }
 
 fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: usize) -> Vec<Victim> {
@@ -284,6 +294,7 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
         let first = sh.entry(r, v.ci);
         if v.clean && sh.zswap.contains(first) {
             stored[k] = true;
+            sh.resident.fetch_sub(chunk as u64, Relaxed);
             sh.ctr.evicted_clean.fetch_add(1, Relaxed);
             continue;
         }
@@ -293,7 +304,13 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
         // nothing changes it while the slice lives.
         let data = unsafe { std::slice::from_raw_parts(addr as *const u8, chunk) };
         match sh.zswap.store_folio(first, sh.order, data) {
-            Ok(()) => stored[k] = true,
+            Ok(()) => {
+                // Charge the store by its delta: the pool just grew by the
+                // compressed size, resident goes down by the chunk now,
+                // before the zap, so the chunk is never counted twice.
+                stored[k] = true;
+                sh.resident.fetch_sub(chunk as u64, Relaxed);
+            }
             Err(_) => {
                 // All-or-nothing: the cache kept nothing of this chunk. It
                 // stays resident, charged, and writable.
@@ -309,11 +326,7 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
             }
         }
     }
-    // Charge the stores by their delta: resident goes down now, before the
-    // zap, so the chunk is never counted twice.
-    let n_stored = stored.iter().filter(|&&s| s).count();
-    let uncharged = (n_stored * chunk) as u64;
-    sh.resident.fetch_sub(uncharged, Relaxed);
+    let uncharged = (stored.iter().filter(|&&s| s).count() * chunk) as u64;
     // 4. Zap the stored chunks, one madvise per contiguous stretch.
     let mut k = 0;
     while k < run.len() {

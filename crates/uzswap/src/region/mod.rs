@@ -609,6 +609,19 @@ impl Region {
         unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
     }
 
+    /// Bytes of this region mapped now (chunks RESIDENT or CLEAN): with the
+    /// region quiescent, the instance's `resident_bytes` is the sum of this
+    /// over its regions.
+    pub fn resident_bytes(&self) -> u64 {
+        let n = self.inner.state.iter().filter(|s| {
+            matches!(
+                chunk::state(s.load(Acquire)),
+                chunk::RESIDENT | chunk::CLEAN
+            )
+        });
+        n.count() as u64 * self.owner.sh.chunk as u64
+    }
+
     /// Hint about the bytes `range` (widened to whole chunks).
     pub fn advise(&self, range: Range<usize>, advice: Advice) -> Result<(), RegionError> {
         if range.start > range.end || range.end > self.len() {

@@ -1,0 +1,263 @@
+//! Concurrency and budget: random reads and writes against a model with
+//! eviction running, a writer racing the evictor on one chunk, and the
+//! budget bound.
+
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::time::{Duration, Instant};
+use uzswap::region::{Advice, Config, HandlerMode, Uzswap};
+use uzswap::PAGE_SIZE;
+
+fn instance(cfg: Config) -> Option<Uzswap> {
+    match Uzswap::new(cfg) {
+        Ok(u) => Some(u),
+        Err(e @ uzswap::RegionError::Unavailable(_)) => {
+            eprintln!("skipping: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+const WORDS: usize = PAGE_SIZE / 8;
+const LOCK: u64 = 1 << 63;
+
+/// Word `i` of `page` at `version`: one word in eight patterned, the rest
+/// zero, so the whole region compresses well under the budget.
+fn word(page: usize, version: u64, i: usize) -> u64 {
+    if i % 8 != 0 {
+        0
+    } else {
+        ((page as u64) << 32 | version).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64
+    }
+}
+
+fn words(base: *mut u8, page: usize) -> &'static mut [u64] {
+    // SAFETY: the tests pass pages inside a region that outlives the
+    // threads; the model's per-page lock makes one thread the user of a page.
+    unsafe { std::slice::from_raw_parts_mut(base.add(page * PAGE_SIZE) as *mut u64, WORDS) }
+}
+
+fn run_model(cfg: Config, region_bytes: usize, threads: usize, secs: f64) -> (u64, u64) {
+    let Some(uz) = instance(cfg) else {
+        return (0, 0);
+    };
+    let region = uz.region(region_bytes).unwrap();
+    let pages = region_bytes / PAGE_SIZE;
+    // Per page: the version its content has, with LOCK set while a thread
+    // uses it. Version 0 = never written = zeros.
+    let model: Vec<AtomicU64> = (0..pages).map(|_| AtomicU64::new(0)).collect();
+    let base = region.as_ptr() as usize;
+    let mismatches = AtomicU64::new(0);
+    let ops = AtomicU64::new(0);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (model, mismatches, ops) = (&model, &mismatches, &ops);
+            s.spawn(move || {
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64 + 1);
+                let base = base as *mut u8;
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    for _ in 0..64 {
+                        let p = rng.gen_range(0..pages);
+                        let v = model[p].fetch_or(LOCK, Acquire);
+                        if v & LOCK != 0 {
+                            continue;
+                        }
+                        let w = words(base, p);
+                        let op = rng.gen_range(0..10);
+                        let mut nv = v;
+                        if op < 4 {
+                            for (i, x) in w.iter().enumerate() {
+                                let want = if v == 0 { 0 } else { word(p, v, i) };
+                                if *x != want {
+                                    mismatches.fetch_add(1, Relaxed);
+                                    eprintln!("page {p} v{v} word {i}: {x:#x} != {want:#x}");
+                                    break;
+                                }
+                            }
+                        } else if op < 8 {
+                            nv = v + 1;
+                            for (i, x) in w.iter_mut().enumerate() {
+                                *x = word(p, nv, i);
+                            }
+                        } else {
+                            // A write that changes nothing: a write fault on
+                            // a clean chunk must still keep the content.
+                            let i = rng.gen_range(0..WORDS);
+                            // SAFETY: an in-bounds volatile write to our page.
+                            unsafe { std::ptr::write_volatile(&mut w[i], w[i]) };
+                        }
+                        model[p].store(nv, Release);
+                        n += 1;
+                    }
+                }
+                ops.fetch_add(n, Relaxed);
+            });
+        }
+    });
+    // Final sweep: every page as the model says.
+    for (p, m) in model.iter().enumerate() {
+        let v = m.load(Acquire);
+        let w = words(region.as_ptr(), p);
+        for (i, x) in w.iter().enumerate() {
+            let want = if v == 0 { 0 } else { word(p, v, i) };
+            if *x != want {
+                mismatches.fetch_add(1, Relaxed);
+                break;
+            }
+        }
+    }
+    let st = uz.stats();
+    eprintln!(
+        "{} ops, evicted {} ({} clean), pgmajfault {}, parked {}, wp {}, peak {} budget {}",
+        ops.load(Relaxed),
+        st.evicted_chunks,
+        st.evicted_clean,
+        st.pgmajfault,
+        st.faults_parked,
+        st.faults_wp,
+        st.peak_bytes,
+        st.budget_bytes
+    );
+    assert_eq!(st.fault_errors, 0);
+    assert!(
+        st.evicted_chunks > 0 && st.pgmajfault > 0,
+        "eviction ran: {st:?}"
+    );
+    assert_eq!(
+        st.resident_bytes,
+        region.resident_bytes(),
+        "resident charge matches the chunks"
+    );
+    assert!(
+        st.peak_bytes <= st.budget_bytes + st.evict_batch_bytes,
+        "peak {} over budget {} + batch {}",
+        st.peak_bytes,
+        st.budget_bytes,
+        st.evict_batch_bytes
+    );
+    (mismatches.load(Relaxed), ops.load(Relaxed))
+}
+
+#[test]
+fn random_reads_and_writes_match_the_model_under_eviction() {
+    for (order, keep_copy) in [(4, true), (0, false), (9, true)] {
+        let cfg = Config {
+            budget: 8 << 20,
+            folio_order: order,
+            keep_copy,
+            evict_batch_bytes: 1 << 20,
+            ..Config::default()
+        };
+        let (bad, ops) = run_model(cfg, 32 << 20, 3, 1.2);
+        assert_eq!(bad, 0, "order {order}: {bad} mismatches in {ops} ops");
+    }
+}
+
+#[test]
+fn model_holds_with_spinning_handlers() {
+    let cfg = Config {
+        budget: 8 << 20,
+        handler: HandlerMode::Spin { micros: 50 },
+        handler_threads: 2,
+        evict_batch_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let (bad, ops) = run_model(cfg, 32 << 20, 2, 1.0);
+    assert_eq!(bad, 0, "{bad} mismatches in {ops} ops");
+}
+
+/// A writer increments a counter in every page of one chunk while the
+/// chunk is paged out over and over: a write landing between the read-out
+/// and the zap would be lost, and the writer would see an old count.
+#[test]
+fn writer_hammering_a_chunk_being_evicted_loses_nothing() {
+    let Some(uz) = instance(Config {
+        folio_order: 4,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let region = uz.region(1 << 20).unwrap();
+    let chunk = uz.chunk_bytes();
+    let base = region.as_ptr() as usize;
+    let stop = AtomicBool::new(false);
+    let writes = std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(Relaxed) {
+                for p in 0..chunk / PAGE_SIZE {
+                    let ptr = (base + p * PAGE_SIZE) as *mut u64;
+                    // SAFETY: inside the region; this thread is its only writer.
+                    let v = unsafe { std::ptr::read_volatile(ptr) };
+                    assert_eq!(v, n, "page {p}: lost write");
+                    // SAFETY: as above.
+                    unsafe { std::ptr::write_volatile(ptr, n + 1) };
+                }
+                n += 1;
+            }
+            n
+        });
+        let t0 = Instant::now();
+        let mut outs = 0;
+        while t0.elapsed() < Duration::from_millis(800) {
+            region.advise(0..chunk, Advice::PageOut).unwrap();
+            outs += 1;
+        }
+        stop.store(true, Relaxed);
+        eprintln!("{outs} page-outs");
+        w.join().unwrap()
+    });
+    for p in 0..chunk / PAGE_SIZE {
+        // SAFETY: inside the region; the writer has finished.
+        let v = unsafe { std::ptr::read_volatile((base + p * PAGE_SIZE) as *const u64) };
+        assert_eq!(v, writes, "page {p}");
+    }
+    let st = uz.stats();
+    eprintln!(
+        "{writes} rounds, evicted {}, parked {}, pgmajfault {}",
+        st.evicted_chunks, st.faults_parked, st.pgmajfault
+    );
+    assert!(st.evicted_chunks > 10, "{st:?}");
+    assert_eq!(st.fault_errors, 0);
+}
+
+/// Usage (resident + pool) never exceeds the budget by more than one
+/// eviction batch, writing and then reading 4x the budget.
+#[test]
+fn budget_is_never_exceeded_by_more_than_one_batch() {
+    let budget = 16u64 << 20;
+    let cfg = Config {
+        budget,
+        folio_order: 4,
+        evict_batch_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let Some(uz) = instance(cfg) else { return };
+    let len = 4 * budget as usize;
+    let region = uz.region(len).unwrap();
+    let batch = uz.stats().evict_batch_bytes;
+    for pass in 0..3u64 {
+        for p in 0..len / PAGE_SIZE {
+            let w = words(region.as_ptr(), p);
+            if pass == 1 {
+                assert_eq!(w[0], word(p, 1, 0), "page {p}");
+            } else {
+                w[0] = word(p, 1, 0);
+            }
+        }
+        let st = uz.stats();
+        assert!(
+            st.peak_bytes <= budget + batch,
+            "pass {pass}: peak {} > budget {budget} + batch {batch}: {st:?}",
+            st.peak_bytes
+        );
+    }
+    let st = uz.stats();
+    assert!(
+        st.evicted_chunks as usize >= 3 * len / uz.chunk_bytes() / 2,
+        "{st:?}"
+    );
+}
