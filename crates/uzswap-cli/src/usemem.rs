@@ -1,8 +1,16 @@
 //! `uzswap usemem`: the vm-scalability usemem workload. Workers each write
 //! their share of the working set (pass 1), then read it back (later passes),
 //! against one backend.
+//!
+//! `--backend uzswap` puts each worker's share in a uzswap region under the
+//! budget; `--backend none` uses plain anonymous memory (no budget), and is
+//! also what the kernel backends run in a child process inside a memory
+//! cgroup, parsing the JSON line this prints last. So the JSON's top level is
+//! backend-independent; uzswap's own figures sit under "stats".
 
-use uzswap::Pattern;
+use std::time::Instant;
+use uzswap::region::{Config, HandlerMode, Uzswap};
+use uzswap::{Pattern, PAGE_SIZE};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -96,11 +104,345 @@ pub struct Args {
     /// Print one JSON object with the figures as the last line of stdout.
     #[arg(long)]
     pub json: bool,
+    /// uzswap: how the fault handler waits for faults.
+    #[arg(long, value_enum, default_value = "block")]
+    pub handler: Handler,
+    /// uzswap: with `--handler spin`, microseconds to poll before sleeping.
+    #[arg(long, default_value_t = 200)]
+    pub spin_us: u32,
+    /// uzswap: fault handler threads.
+    #[arg(long, default_value_t = 1)]
+    pub handler_threads: usize,
+    /// uzswap: read faults drop the pool copy instead of keeping it (a
+    /// re-eviction of an unwritten chunk then compresses it again).
+    #[arg(long)]
+    pub no_keep_copy: bool,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Handler {
+    Block,
+    Spin,
+}
+
+/// The pattern seed: independent of the pass, so read passes can verify.
+const SEED: u64 = 0x757a_7377_6170;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.backend {
-        Backend::KernelZswap | Backend::Zram | Backend::Swapfile => crate::kernel::run_usemem(&args),
-        Backend::Uzswap | Backend::None => anyhow::bail!("usemem: not built yet"),
+        Backend::KernelZswap | Backend::Zram | Backend::Swapfile => {
+            crate::kernel::run_usemem(&args)
+        }
+        Backend::Uzswap | Backend::None => run_local(&args),
     }
+}
+
+/// One worker's share of the working set.
+struct Share {
+    base: *mut u8,
+    pages: usize,
+    /// Global index of its first page (pattern index).
+    first: u64,
+}
+
+// SAFETY: a share is memory only its worker touches during a pass.
+unsafe impl Send for Share {}
+// SAFETY: as above; the main thread only reads the pointer.
+unsafe impl Sync for Share {}
+
+impl Share {
+    fn page(&self, i: usize) -> &mut [u8] {
+        assert!(i < self.pages);
+        // SAFETY: page `i` lies inside this share's mapping, which outlives
+        // the passes; one worker touches a share at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(i * PAGE_SIZE), PAGE_SIZE) }
+    }
+}
+
+/// Plain anonymous mappings for `--backend none`.
+struct Plain {
+    maps: Vec<(usize, usize)>,
+}
+
+impl Drop for Plain {
+    fn drop(&mut self) {
+        for &(p, len) in &self.maps {
+            // SAFETY: our own mappings, no longer referenced.
+            unsafe { libc::munmap(p as *mut _, len) };
+        }
+    }
+}
+
+fn map_plain(len: usize, folio: u64) -> anyhow::Result<usize> {
+    // SAFETY: a fresh private anonymous mapping.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        anyhow::bail!("mmap {len}: {}", std::io::Error::last_os_error());
+    }
+    if folio > PAGE_SIZE as u64 {
+        // Let the kernel back it with THP / mTHP where those are enabled, so
+        // kernel baselines get large folios like uzswap's chunks.
+        // SAFETY: advice on our own mapping.
+        unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+    }
+    Ok(p as usize)
+}
+
+fn cpu_times() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_utime), t(ru.ru_stime))
+}
+
+fn vm_hwm() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |k| k << 10)
+}
+
+#[derive(Default)]
+struct PassResult {
+    checked: u64,
+    mismatches: u64,
+    first_bad: Vec<u64>,
+    sink: u64,
+}
+
+fn run_pass(share: &Share, pass: u32, args: &Args, worker: usize) -> PassResult {
+    let mut res = PassResult::default();
+    let read = |i: usize, res: &mut PassResult| {
+        let idx = share.first + i as u64;
+        let page = share.page(i);
+        if args.verify {
+            res.checked += 1;
+            if !args.pattern.verify(idx, SEED, page) {
+                res.mismatches += 1;
+                if res.first_bad.len() < 4 {
+                    res.first_bad.push(idx);
+                }
+            }
+        } else {
+            let mut x = 0u64;
+            for w in page.chunks_exact(8) {
+                x = x.wrapping_add(u64::from_ne_bytes(w.try_into().unwrap()));
+            }
+            res.sink = res.sink.wrapping_add(x);
+        }
+    };
+    if pass == 0 {
+        for i in 0..share.pages {
+            args.pattern
+                .fill(share.first + i as u64, SEED, share.page(i));
+        }
+    } else if args.access == Access::Seq {
+        for i in 0..share.pages {
+            read(i, &mut res);
+        }
+    } else {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64((worker as u64) << 32 | pass as u64);
+        let hot = (share.pages / 5).max(1);
+        for _ in 0..share.pages {
+            let i = if rng.gen_bool(0.8) {
+                rng.gen_range(0..hot)
+            } else {
+                rng.gen_range(0..share.pages)
+            };
+            read(i, &mut res);
+        }
+    }
+    res
+}
+
+fn run_local(args: &Args) -> anyhow::Result<()> {
+    if args.workers == 0 {
+        anyhow::bail!("--workers must be at least 1");
+    }
+    if args.passes == 0 {
+        anyhow::bail!("--passes must be at least 1");
+    }
+    if !args.folio.is_power_of_two() || !(PAGE_SIZE as u64..=2 << 20).contains(&args.folio) {
+        anyhow::bail!(
+            "--folio must be a power of two from 4K to 2M, got {}",
+            args.folio
+        );
+    }
+    let total_pages = (args.size / PAGE_SIZE as u64) as usize;
+    if total_pages < args.workers {
+        anyhow::bail!("--size {} is less than a page per worker", args.size);
+    }
+    let budget = args.budget.unwrap_or(args.size / 2);
+    let order = args.folio.trailing_zeros() - PAGE_SIZE.trailing_zeros();
+
+    // Set up each worker's share.
+    let mut plain = Plain { maps: Vec::new() };
+    let mut regions = Vec::new();
+    let uz = if args.backend == Backend::Uzswap {
+        let mut cfg = Config {
+            budget,
+            folio_order: order,
+            handler: match args.handler {
+                Handler::Block => HandlerMode::Block,
+                Handler::Spin => HandlerMode::Spin {
+                    micros: args.spin_us,
+                },
+            },
+            handler_threads: args.handler_threads,
+            keep_copy: !args.no_keep_copy,
+            ..Config::default()
+        };
+        cfg.zswap.compressor = args.compressor.clone();
+        Some(Uzswap::new(cfg)?)
+    } else {
+        None
+    };
+    let mut shares = Vec::new();
+    let mut first = 0u64;
+    for w in 0..args.workers {
+        let pages = total_pages / args.workers + usize::from(w < total_pages % args.workers);
+        let len = pages * PAGE_SIZE;
+        let base = match &uz {
+            Some(uz) => {
+                let r = uz.region(len)?;
+                let p = r.as_ptr();
+                regions.push(r);
+                p
+            }
+            None => {
+                let p = map_plain(len, args.folio)?;
+                plain.maps.push((p, len));
+                p as *mut u8
+            }
+        };
+        shares.push(Share { base, pages, first });
+        first += pages as u64;
+    }
+
+    let (u0, s0) = cpu_times();
+    let t0 = Instant::now();
+    let mut pass_secs = Vec::new();
+    let mut checked = 0u64;
+    let mut mismatches = 0u64;
+    let mut first_bad = Vec::new();
+    let mut sink = 0u64;
+    for pass in 0..args.passes {
+        let tp = Instant::now();
+        let results: Vec<PassResult> = std::thread::scope(|s| {
+            let hs: Vec<_> = shares
+                .iter()
+                .enumerate()
+                .map(|(w, sh)| s.spawn(move || run_pass(sh, pass, args, w)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("worker panicked"))
+                .collect()
+        });
+        let secs = tp.elapsed().as_secs_f64();
+        for r in results {
+            checked += r.checked;
+            mismatches += r.mismatches;
+            sink = sink.wrapping_add(r.sink);
+            first_bad.extend(r.first_bad);
+        }
+        let mbps = (total_pages * PAGE_SIZE) as f64 / secs / 1e6;
+        let what = if pass == 0 { "write" } else { "read" };
+        if !args.json {
+            println!("pass {pass} ({what}): {secs:.3} s, {mbps:.1} MB/s");
+        } else {
+            eprintln!("pass {pass} ({what}): {secs:.3} s, {mbps:.1} MB/s");
+        }
+        pass_secs.push(secs);
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let (u1, s1) = cpu_times();
+    std::hint::black_box(sink);
+
+    let bytes = (total_pages * PAGE_SIZE) as f64;
+    let write_mbps = bytes / pass_secs[0] / 1e6;
+    let read_secs: f64 = pass_secs[1..].iter().sum();
+    let read_mbps = if args.passes > 1 {
+        bytes * (args.passes - 1) as f64 / read_secs / 1e6
+    } else {
+        0.0
+    };
+    let throughput = bytes * args.passes as f64 / elapsed / 1e6;
+    let (stats, peak) = match &uz {
+        Some(uz) => {
+            let st = uz.stats();
+            let peak = st.peak_bytes;
+            (serde_json::to_value(&st)?, peak)
+        }
+        None => (serde_json::json!({}), vm_hwm()),
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = serde_json::json!({
+        "backend": args.backend.name(),
+        "pattern": args.pattern.name(),
+        "access": args.access,
+        "workers": args.workers,
+        "size_bytes": total_pages * PAGE_SIZE,
+        "budget_bytes": if uz.is_some() { Some(budget) } else { None },
+        "passes": args.passes,
+        "folio_bytes": args.folio,
+        "compressor": args.compressor,
+        "elapsed_s": elapsed,
+        "pass_s": pass_secs,
+        "throughput_mbps": throughput,
+        "write_mbps": write_mbps,
+        "read_mbps": read_mbps,
+        "user_s": u1 - u0,
+        "sys_s": s1 - s0,
+        "verify": {"checked_pages": checked, "mismatches": mismatches},
+        "peak_bytes": peak,
+        "stats": stats,
+        "command": command,
+    });
+    let is_uz = uz.is_some();
+    drop(regions);
+    drop(uz);
+    drop(plain);
+    if args.json {
+        println!("{report}");
+    } else {
+        println!(
+            "usemem {} {} x{} {} MiB: {:.1} MB/s ({:.1} write, {:.1} read), {:.2} s, user {:.2} s, sys {:.2} s, peak {} MiB",
+            args.backend.name(),
+            args.pattern.name(),
+            args.workers,
+            total_pages * PAGE_SIZE >> 20,
+            throughput,
+            write_mbps,
+            read_mbps,
+            elapsed,
+            u1 - u0,
+            s1 - s0,
+            peak >> 20
+        );
+        if args.verify {
+            println!("verify: {checked} pages checked, {mismatches} mismatches");
+        }
+        if is_uz {
+            println!("stats: {}", serde_json::to_string_pretty(&report["stats"])?);
+        }
+    }
+    if mismatches > 0 {
+        anyhow::bail!(
+            "verify failed: {mismatches} of {checked} pages differ (first: pages {first_bad:?})"
+        );
+    }
+    Ok(())
 }
