@@ -112,5 +112,11 @@ pub enum AllocError {
 #[error("handle {0:?} is not a live object of this pool")]
 pub struct InvalidHandle(pub Handle);
 
+// The zswap layer shares one pool between engine workers and fault handlers.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<ZsPool>();
+};
+
 #[cfg(test)]
 mod tests;
