@@ -60,6 +60,9 @@ const STACK_BUF: usize = 2 * crate::PAGE_SIZE + 256;
 /// µs), shorter than the time a sleeping thread would steal from others.
 const HELPER_SPIN: Duration = Duration::from_micros(50);
 
+/// The part of a wait spent spinning without yielding the CPU.
+const PURE_SPIN: Duration = Duration::from_micros(10);
+
 /// How long a submitter waits actively for the last items of its batch
 /// (other workers' in-flight pages) before parking: about one zstd page.
 const OWNER_SPIN: Duration = Duration::from_micros(100);
@@ -188,24 +191,17 @@ impl Shared {
 fn helper_main(shared: Arc<Shared>, compressor: Arc<dyn Compressor>) {
     let mut ctx = compressor.new_ctx();
     loop {
+        // Read before looking at the queue: a publish after this read
+        // changes it, so the wait below cannot miss that job.
+        let seen = shared.submitted.load(Ordering::Acquire);
         if let Some(job) = shared.find_job() {
             job.work(ctx.as_mut(), false);
             continue;
         }
-        let seen = shared.submitted.load(Ordering::Acquire);
-        let t0 = Instant::now();
-        let mut changed = false;
-        while t0.elapsed() < HELPER_SPIN {
-            for _ in 0..64 {
-                std::hint::spin_loop();
-            }
-            if shared.submitted.load(Ordering::Acquire) != seen
+        let changed = spin_until(HELPER_SPIN, || {
+            shared.submitted.load(Ordering::Acquire) != seen
                 || shared.shutdown.load(Ordering::Relaxed)
-            {
-                changed = true;
-                break;
-            }
-        }
+        });
         if shared.shutdown.load(Ordering::Relaxed) {
             return;
         }
@@ -222,6 +218,30 @@ fn helper_main(shared: Arc<Shared>, compressor: Arc<dyn Compressor>) {
             shared.wake.wait(&mut q);
         }
         q.sleepers -= 1;
+    }
+}
+
+/// Wait up to `limit` for `done()`; true if it became true. The first
+/// `PURE_SPIN` only spins (the cheapest wake-up when the other thread is
+/// running on its own CPU); after that each check yields the CPU, so on an
+/// oversubscribed machine the thread we are waiting for (or anyone else)
+/// runs instead of us burning the time slice.
+fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    loop {
+        for _ in 0..32 {
+            if done() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let waited = t0.elapsed();
+        if waited >= limit {
+            return done();
+        }
+        if waited >= PURE_SPIN {
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -381,15 +401,7 @@ impl BatchEngine {
         self.shared.publish(job.clone());
         job.work(ctx, true);
         if job.pending.load(Ordering::Acquire) != 0 {
-            let t0 = Instant::now();
-            'spin: while t0.elapsed() < OWNER_SPIN {
-                for _ in 0..32 {
-                    std::hint::spin_loop();
-                    if job.pending.load(Ordering::Acquire) == 0 {
-                        break 'spin;
-                    }
-                }
-            }
+            spin_until(OWNER_SPIN, || job.pending.load(Ordering::Acquire) == 0);
             // A stale unpark token only makes some later park return early;
             // every park here is in a loop re-checking its condition.
             while job.pending.load(Ordering::Acquire) != 0 {
