@@ -198,7 +198,11 @@ fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<Run
 
 /// Write `n` pages back in one format, then load them all back: CPU per
 /// written-back page, swap-in time per page, bytes written to the device.
-fn format_run(args: &Args, pattern: Pattern, compressed: bool) -> anyhow::Result<serde_json::Value> {
+fn format_run(
+    args: &Args,
+    pattern: Pattern,
+    compressed: bool,
+) -> anyhow::Result<serde_json::Value> {
     let n = args.format_pages;
     let z = Zswap::new(ZswapConfig {
         compressor: args.compressor.clone(),
