@@ -501,7 +501,7 @@ fn plot(
             .filter_map(metric)
             .fold(0.0f64, f64::max)
             .max(1e-6)
-            * 1.15;
+            * 1.45; // headroom for the legend
         let xmax = patterns.len() as f64 * group;
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 20))
