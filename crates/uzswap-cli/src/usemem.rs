@@ -63,7 +63,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => (s, 1),
     };
     let n: f64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
-    if !(n >= 0.0) {
+    if n.is_nan() || n < 0.0 {
         return Err(format!("bad size '{s}'"));
     }
     Ok((n * mul as f64) as u64)
@@ -151,6 +151,9 @@ unsafe impl Send for Share {}
 unsafe impl Sync for Share {}
 
 impl Share {
+    // The share is a raw mapping, not memory `self` owns; exclusivity comes
+    // from one worker per share.
+    #[allow(clippy::mut_from_ref)]
     fn page(&self, i: usize) -> &mut [u8] {
         assert!(i < self.pages);
         // SAFETY: page `i` lies inside this share's mapping, which outlives
@@ -423,7 +426,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             args.backend.name(),
             args.pattern.name(),
             args.workers,
-            total_pages * PAGE_SIZE >> 20,
+            (total_pages * PAGE_SIZE) >> 20,
             throughput,
             write_mbps,
             read_mbps,

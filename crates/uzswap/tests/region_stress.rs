@@ -25,7 +25,7 @@ const LOCK: u64 = 1 << 63;
 /// Word `i` of `page` at `version`: one word in eight patterned, the rest
 /// zero, so the whole region compresses well under the budget.
 fn word(page: usize, version: u64, i: usize) -> u64 {
-    if i % 8 != 0 {
+    if !i.is_multiple_of(8) {
         0
     } else {
         ((page as u64) << 32 | version).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i as u64
