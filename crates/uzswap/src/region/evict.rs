@@ -66,11 +66,13 @@ pub(super) fn maybe_kick(sh: &Shared) {
 /// batch in flight, which holds `evict_lock`).
 pub(super) fn backstop(sh: &Shared) {
     let limit = sh.cfg.budget.saturating_add(sh.batch_bytes);
-    if sh.usage() + sh.chunk as u64 <= limit || futile(sh) {
+    // Every handler thread may be about to install a chunk at once.
+    let incoming = (sh.chunk * sh.cfg.handler_threads) as u64;
+    if sh.usage() + incoming <= limit || futile(sh) {
         return;
     }
     let mut clock = sh.evict_lock.lock();
-    while sh.usage() + sh.chunk as u64 > limit {
+    while sh.usage() + incoming > limit {
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
         match evict_batch(sh, &mut clock) {
             // Nothing resident to take: the pool alone is over the budget

@@ -120,7 +120,11 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
                 if chunk::transition(&r.state[ci], st, BUSY, 0, 0).is_err() {
                     continue;
                 }
-                let res = install(sh, &r, ci, st == STORED, write, false, scratch);
+                let res = if st == UNTOUCHED {
+                    install_zero_around(sh, &r, ci)
+                } else {
+                    install(sh, &r, ci, true, write, false, scratch)
+                };
                 drop(live);
                 if res {
                     let lat = t0.elapsed().as_nanos() as u64;
@@ -206,7 +210,8 @@ fn install(
         (&scratch[..], if keep { CLEAN } else { RESIDENT }, flags)
     } else {
         sh.ctr.faults_zero.fetch_add(1, Relaxed);
-        (&sh.zeros[..], RESIDENT, 0)
+        sh.ctr.zero_filled_chunks.fetch_add(1, Relaxed);
+        (&sh.zeros[..sh.chunk], RESIDENT, 0)
     };
     // Charge before the pages appear, so usage never under-reports.
     sh.resident.fetch_add(sh.chunk as u64, Relaxed);
@@ -235,6 +240,51 @@ fn install(
     // does next, like a hint) finds the chunk settled.
     chunk::release(&r.state[ci], to, REJECTED | ACTIVE, REF | flags);
     sh.wake(base, sh.chunk);
+    sh.note_peak();
+    evict::maybe_kick(sh);
+    true
+}
+
+/// Zero-fill the never-touched chunks around chunk `ci` (BUSY, ours) in one
+/// `UFFDIO_COPY`: the aligned `zero_fill_around` window, as far as its
+/// chunks are untouched and the budget has room below the high watermark.
+/// First touches come in long runs (a program filling fresh memory), and
+/// each fault costs a round trip through this thread, so taking a window at
+/// once makes registering memory nearly free.
+fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
+    let per = (sh.zeros.len() / sh.chunk).max(1);
+    let w0 = ci / per * per;
+    let w1 = (w0 + per).min(r.state.len());
+    let room = |n: usize| sh.usage() + ((n + 1) * sh.chunk) as u64 <= sh.high;
+    let (mut lo, mut hi) = (ci, ci + 1);
+    while hi < w1 && room(hi - lo) && chunk::transition(&r.state[hi], UNTOUCHED, BUSY, 0, 0).is_ok()
+    {
+        hi += 1;
+    }
+    while lo > w0
+        && room(hi - lo)
+        && chunk::transition(&r.state[lo - 1], UNTOUCHED, BUSY, 0, 0).is_ok()
+    {
+        lo -= 1;
+    }
+    let n = hi - lo;
+    let base = r.chunk_addr(lo, sh.chunk);
+    let len = n * sh.chunk;
+    sh.ctr.faults_zero.fetch_add(1, Relaxed);
+    sh.ctr.zero_filled_chunks.fetch_add(n as u64, Relaxed);
+    sh.resident.fetch_add(len as u64, Relaxed);
+    if let Err(e) = copy_chunk(sh, base, &sh.zeros[..len], false) {
+        sh.resident.fetch_sub(len as u64, Relaxed);
+        for c in lo..hi {
+            chunk::release(&r.state[c], UNTOUCHED, 0, 0);
+        }
+        fail(sh, &e);
+        return false;
+    }
+    for c in lo..hi {
+        chunk::release(&r.state[c], RESIDENT, REJECTED | ACTIVE, REF);
+    }
+    sh.wake(base, len);
     sh.note_peak();
     evict::maybe_kick(sh);
     true

@@ -106,6 +106,10 @@ pub struct Config {
     /// write-protected, so evicting it again costs no compression if it was
     /// not written. Costs a write-protect fault on the first write.
     pub keep_copy: bool,
+    /// A fault on never-touched memory zero-fills the untouched chunks of
+    /// the aligned window of this many bytes around it (while under the
+    /// high watermark) with one copy. 0: just the chunk.
+    pub zero_fill_around: usize,
 }
 
 impl Default for Config {
@@ -121,6 +125,7 @@ impl Default for Config {
             handler_threads: 1,
             evict_batch_bytes: 0,
             keep_copy: true,
+            zero_fill_around: 2 << 20,
         }
     }
 }
@@ -165,6 +170,8 @@ pub struct UzswapStats {
     pub handler: HandlerMode,
     /// Faults resolved by zero-filling a never-touched chunk.
     pub faults_zero: u64,
+    /// Chunks those faults zero-filled (fault-around).
+    pub zero_filled_chunks: u64,
     /// Faults served from the pool (vmstat pgmajfault).
     pub pgmajfault: u64,
     /// Write-protect faults that re-armed a clean chunk for writing.
@@ -197,6 +204,7 @@ pub struct UzswapStats {
 #[derive(Default)]
 struct Counters {
     faults_zero: AtomicU64,
+    zero_filled_chunks: AtomicU64,
     pgmajfault: AtomicU64,
     faults_wp: AtomicU64,
     prefetched: AtomicU64,
@@ -263,7 +271,7 @@ struct Shared {
     ctr: Counters,
     lat_pool: Histogram,
     lat_zero: Histogram,
-    /// A chunk of zeros, the source of zero-fill installs.
+    /// Zeros, the source of zero-fill installs (one fault-around window).
     zeros: Vec<u8>,
 }
 
@@ -388,7 +396,7 @@ impl Uzswap {
             ctr: Counters::default(),
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
-            zeros: vec![0u8; chunk],
+            zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
             cfg,
         });
         let owner = Arc::new(Owner {
@@ -555,6 +563,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         uffd_open: sh.open_path,
         handler: sh.cfg.handler,
         faults_zero: g(&c.faults_zero),
+        zero_filled_chunks: g(&c.zero_filled_chunks),
         pgmajfault: g(&c.pgmajfault),
         faults_wp: g(&c.faults_wp),
         prefetched: g(&c.prefetched),
