@@ -10,9 +10,9 @@
 //!
 //! ```text
 //!   free            count == 0, ready to serve any order
-//!   nonfull[order]  0 < count < 512, had slots freed since it was last scanned
-//!   frag[order]     0 < count < 512, failed a scan of its order, or is some
-//!                   thread's current cluster
+//!   nonfull[order]  0 < count < 512, was full and had slots freed
+//!   frag[order]     0 < count < 512, is (or was) some thread's current
+//!                   cluster, or failed a scan of its order
 //!   full            count == 512
 //!   discard         count == 0, waiting for its slots to be punched out of
 //!                   the backing file before it goes back to free
@@ -45,7 +45,8 @@
 //!   FREE ──fast-path alloc (a stale hint)──> FRAG | FULL
 //!   NONFULL/FRAG ──fast-path alloc──> unchanged | FULL
 //!   NONFULL ──fast-path scan fails──> FRAG
-//!   FRAG/FULL ──free, count stays > 0──> NONFULL
+//!   FULL ──free, count stays > 0──> NONFULL
+//!   FRAG ──free, count stays > 0──> FRAG (no move, see `free_range`)
 //!   NONFULL/FRAG/FULL ──free, count hits 0──> DISCARD (discard hook) | FREE
 //!   DISCARD ──taken by the discarder (off-list, flag stays DISCARD)──>
 //!           punch hole ──> NONE ──> FREE
@@ -69,7 +70,7 @@
 //! only advice: it is read without locks, and a stale or shared one merely
 //! leads to a cluster whose state is rechecked under its lock.
 
-use std::sync::atomic::{AtomicI64, AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
 
 use crate::bitmap;
 use crate::entry::{check_one_cluster, check_range, SlotError, SlotRange, SwapSlot};
@@ -99,6 +100,9 @@ struct ClusterInfo {
     count: u16,
     flags: ClusterFlag,
     order: u8,
+    /// Allocations served here, per order: counted under the lock this path
+    /// holds anyway, so statistics cost no shared atomic on the fast path.
+    allocs: [u64; NR_ORDERS],
 }
 
 impl ClusterInfo {
@@ -114,6 +118,14 @@ impl ClusterInfo {
 /// Keeps each cluster lock (and each hint slot) on its own cache line.
 #[repr(align(128))]
 struct Padded<T>(T);
+
+/// A cluster: its lock, and a copy of its count that `used()` can sum
+/// without taking every lock (stored, never read-modify-written, under the
+/// lock, so it costs a plain store on the cache line the lock already owns).
+struct Cluster {
+    ci: Mutex<ClusterInfo>,
+    count: StdAtomicU64,
+}
 
 // List ids in `Lists`.
 const LIST_FREE: usize = 0;
@@ -190,23 +202,17 @@ impl Lists {
 }
 
 /// One thread's current clusters (`next[order]`, slot + 1, 0 = none) and its
-/// shard of the statistics.
+/// shard of the failure counters (failures take the slow path anyway).
 struct HintSlot {
     next: [AtomicU64; NR_ORDERS],
-    used: AtomicI64,
-    alloc: [StdAtomicU64; NR_ORDERS],
     fail: [StdAtomicU64; NR_ORDERS],
-    freed: StdAtomicU64,
 }
 
 impl HintSlot {
     fn new() -> Self {
         Self {
             next: std::array::from_fn(|_| AtomicU64::new(0)),
-            used: AtomicI64::new(0),
-            alloc: std::array::from_fn(|_| StdAtomicU64::new(0)),
             fail: std::array::from_fn(|_| StdAtomicU64::new(0)),
-            freed: StdAtomicU64::new(0),
         }
     }
 }
@@ -232,7 +238,7 @@ enum Hint {
 
 /// The cluster allocator. See the module comment for the design.
 pub struct ClusterAllocator {
-    clusters: Box<[Padded<Mutex<ClusterInfo>>]>,
+    clusters: Box<[Padded<Cluster>]>,
     /// The device lock.
     lists: Mutex<Lists>,
     hints: Box<[Padded<HintSlot>]>,
@@ -280,12 +286,16 @@ impl ClusterAllocator {
         }
         let clusters = (0..nclusters)
             .map(|_| {
-                Padded(Mutex::new(ClusterInfo {
-                    map: [0; WORDS],
-                    count: 0,
-                    flags: ClusterFlag::Free,
-                    order: 0,
-                }))
+                Padded(Cluster {
+                    ci: Mutex::new(ClusterInfo {
+                        map: [0; WORDS],
+                        count: 0,
+                        flags: ClusterFlag::Free,
+                        order: 0,
+                        allocs: [0; NR_ORDERS],
+                    }),
+                    count: StdAtomicU64::new(0),
+                })
             })
             .collect();
         Self {
@@ -311,14 +321,8 @@ impl ClusterAllocator {
         }
         let hs = &self.hints[this_thread_slot()].0;
         let got = self.alloc_inner(order, hs);
-        match got {
-            Some(_) => {
-                hs.alloc[order as usize].fetch_add(1, StdOrdering::Relaxed);
-                hs.used.fetch_add(1 << order, StdOrdering::Relaxed);
-            }
-            None => {
-                hs.fail[order as usize].fetch_add(1, StdOrdering::Relaxed);
-            }
+        if got.is_none() {
+            hs.fail[order as usize].fetch_add(1, StdOrdering::Relaxed);
         }
         got.map(SwapSlot)
     }
@@ -331,7 +335,7 @@ impl ClusterAllocator {
             let slot = hint - 1;
             let c = (slot / SWAPFILE_CLUSTER as u64) as usize;
             if let Some(cl) = self.clusters.get(c) {
-                let ci = cl.0.lock();
+                let ci = cl.0.ci.lock();
                 if ci.usable(order) {
                     let from = if ci.count == 0 {
                         0
@@ -412,7 +416,7 @@ impl ClusterAllocator {
         let mut l = self.lists.lock();
         let mut c = l.head[list];
         while c != NIL {
-            if let Some(mut ci) = self.clusters[c as usize].0.try_lock() {
+            if let Some(mut ci) = self.clusters[c as usize].0.ci.try_lock() {
                 debug_assert_eq!(list_of(ci.flags, ci.order), list);
                 l.unlink(c);
                 ci.flags = ClusterFlag::None;
@@ -445,6 +449,11 @@ impl ClusterAllocator {
                 }
                 bitmap::set(&mut ci.map, off, n);
                 ci.count += n as u16;
+                ci.allocs[order as usize] += 1;
+                self.clusters[c]
+                    .0
+                    .count
+                    .store(u64::from(ci.count), StdOrdering::Relaxed);
                 found = Some(base + off as u64);
                 if (ci.count as usize) < SWAPFILE_CLUSTER && off + 2 * n <= SWAPFILE_CLUSTER {
                     next = base + (off + n) as u64 + 1;
@@ -513,7 +522,7 @@ impl ClusterAllocator {
             let start = (c * SWAPFILE_CLUSTER) as u64;
             hook(SlotRange::new(SwapSlot(start), SWAPFILE_CLUSTER as u64));
             self.discards.fetch_add(1, StdOrdering::Relaxed);
-            let mut ci = self.clusters[c].0.lock();
+            let mut ci = self.clusters[c].0.ci.lock();
             debug_assert_eq!((ci.flags, ci.count), (ClusterFlag::Discard, 0));
             ci.order = 0;
             let mut l = self.lists.lock();
@@ -535,7 +544,7 @@ impl ClusterAllocator {
         let n = npages as usize;
         let mut discard = false;
         {
-            let mut ci = self.clusters[c].0.lock();
+            let mut ci = self.clusters[c].0.ci.lock();
             if !bitmap::all_set(&ci.map, off, n) {
                 return Err(SlotError::NotAllocated {
                     start: start.0,
@@ -544,6 +553,10 @@ impl ClusterAllocator {
             }
             bitmap::clear(&mut ci.map, off, n);
             ci.count -= n as u16;
+            self.clusters[c]
+                .0
+                .count
+                .store(u64::from(ci.count), StdOrdering::Relaxed);
             if ci.count == 0 {
                 // free_cluster
                 if self.discard.is_some() {
@@ -553,14 +566,15 @@ impl ClusterAllocator {
                     self.move_cluster(c, &mut ci, ClusterFlag::Free);
                     ci.order = 0;
                 }
-            } else if ci.flags != ClusterFlag::Nonfull {
-                // partial_free_cluster
+            } else if ci.flags == ClusterFlag::Full {
+                // partial_free_cluster. A FRAG cluster stays where it is: it
+                // is typically some thread's current cluster, and putting it
+                // on nonfull would send other threads into it (the cluster
+                // lock would then bounce between them) and cost a device
+                // lock per free.
                 self.move_cluster(c, &mut ci, ClusterFlag::Nonfull);
             }
         }
-        let hs = &self.hints[this_thread_slot()].0;
-        hs.used.fetch_sub(npages as i64, StdOrdering::Relaxed);
-        hs.freed.fetch_add(npages, StdOrdering::Relaxed);
         if discard {
             self.do_scheduled_discard();
         }
@@ -575,7 +589,7 @@ impl ClusterAllocator {
             let c = (pos / SWAPFILE_CLUSTER as u64) as usize;
             let cend = ((c + 1) * SWAPFILE_CLUSTER) as u64;
             let n = cend.min(range.end()) - pos;
-            let ci = self.clusters[c].0.lock();
+            let ci = self.clusters[c].0.ci.lock();
             let off = (pos % SWAPFILE_CLUSTER as u64) as usize;
             if !bitmap::all_set(&ci.map, off, n as usize) {
                 return Ok(false);
@@ -592,7 +606,7 @@ impl ClusterAllocator {
 
     /// The flag and count of cluster `c` (for tests and reports).
     pub fn cluster_state(&self, c: usize) -> Option<(ClusterFlag, u32, u32)> {
-        let ci = self.clusters.get(c)?.0.lock();
+        let ci = self.clusters.get(c)?.0.ci.lock();
         Some((ci.flags, u32::from(ci.count), u32::from(ci.order)))
     }
 
@@ -616,7 +630,7 @@ impl ClusterAllocator {
     /// flight. It takes every cluster lock in index order, then the device
     /// lock, which respects the lock order.
     pub fn check_invariants(&self) -> Result<(), String> {
-        let cis: Vec<_> = self.clusters.iter().map(|c| c.0.lock()).collect();
+        let cis: Vec<_> = self.clusters.iter().map(|c| c.0.ci.lock()).collect();
         let l = self.lists.lock();
         if l.discarding != 0 {
             return Err(format!("{} clusters mid-discard", l.discarding));
@@ -721,12 +735,10 @@ impl SlotAllocator for ClusterAllocator {
     }
 
     fn used(&self) -> u64 {
-        let s: i64 = self
-            .hints
+        self.clusters
             .iter()
-            .map(|h| h.0.used.load(StdOrdering::Relaxed))
-            .sum();
-        s.max(0) as u64
+            .map(|c| c.0.count.load(StdOrdering::Relaxed))
+            .sum()
     }
 
     fn stats(&self) -> AllocStats {
@@ -738,11 +750,18 @@ impl SlotAllocator for ClusterAllocator {
         };
         for h in self.hints.iter() {
             for o in 0..NR_ORDERS {
-                st.alloc[o] += h.0.alloc[o].load(StdOrdering::Relaxed);
                 st.alloc_fail[o] += h.0.fail[o].load(StdOrdering::Relaxed);
             }
-            st.freed += h.0.freed.load(StdOrdering::Relaxed);
         }
+        for c in self.clusters.iter() {
+            let ci = c.0.ci.lock();
+            for o in 0..NR_ORDERS {
+                st.alloc[o] += ci.allocs[o];
+            }
+        }
+        // Every slot handed out is either still used or was freed.
+        let handed: u64 = (0..NR_ORDERS).map(|o| st.alloc[o] << o).sum();
+        st.freed = handed.saturating_sub(st.used);
         st
     }
 }
