@@ -105,7 +105,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// uzswap: how the fault handler waits for faults.
-    #[arg(long, value_enum, default_value = "block")]
+    #[arg(long, value_enum, default_value = "spin")]
     pub handler: Handler,
     /// uzswap: with `--handler spin`, microseconds to poll before sleeping.
     #[arg(long, default_value_t = 200)]

@@ -126,8 +126,14 @@ fn run_model(cfg: Config, region_bytes: usize, threads: usize, secs: f64) -> (u6
         st.evicted_chunks > 0 && st.pgmajfault > 0,
         "eviction ran: {st:?}"
     );
+    // Once the evictor and the handler are idle, the charge equals the
+    // mapped chunks (an eviction batch may still be in flight right now).
+    let t = Instant::now();
+    while uz.stats().resident_bytes != region.resident_bytes() && t.elapsed().as_secs() < 3 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(
-        st.resident_bytes,
+        uz.stats().resident_bytes,
         region.resident_bytes(),
         "resident charge matches the chunks"
     );

@@ -38,6 +38,8 @@ struct Victim {
 /// data does not compress, so storing it only moves bytes from resident to
 /// pool): stop trying for a while instead of burning CPU on it.
 const FUTILE_DIVISOR: i64 = 8;
+/// Headroom the backstop keeps for one store in flight (see `backstop`).
+const STORE_MARGIN: u64 = 64 << 10;
 const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
 
 fn futile(sh: &Shared) -> bool {
@@ -65,7 +67,15 @@ pub(super) fn maybe_kick(sh: &Shared) {
 /// overshoot the budget by more than one batch, evict inline (after any
 /// batch in flight, which holds `evict_lock`).
 pub(super) fn backstop(sh: &Shared) {
-    let limit = sh.cfg.budget.saturating_add(sh.batch_bytes);
+    // Keep a margin for the store in flight: its compressed copy lands in
+    // the pool (which grows by whole spans) a moment before its chunk's
+    // resident charge goes.
+    let margin = (sh.chunk as u64).max(STORE_MARGIN);
+    let limit = sh
+        .cfg
+        .budget
+        .saturating_add(sh.batch_bytes)
+        .saturating_sub(margin);
     // Every handler thread may be about to install a chunk at once.
     let incoming = (sh.chunk * sh.cfg.handler_threads) as u64;
     if sh.usage() + incoming <= limit || futile(sh) {

@@ -121,7 +121,10 @@ impl Default for Config {
                 store_incompressible: true,
                 ..ZswapConfig::default()
             },
-            handler: HandlerMode::Block,
+            // Measured with usemem (mixed, 2x budget, 2 vCPUs): spinning
+            // 200 us after a fault served ~10% more throughput than
+            // sleeping in poll(2) between faults.
+            handler: HandlerMode::Spin { micros: 200 },
             handler_threads: 1,
             evict_batch_bytes: 0,
             keep_copy: true,
