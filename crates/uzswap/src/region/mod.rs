@@ -6,7 +6,10 @@
 //! that userfaultfd for missing and write-protect faults. Memory is handled
 //! in *chunks* of one folio (`PAGE_SIZE << folio_order`, aligned within the
 //! region): a fault installs its whole chunk with one `UFFDIO_COPY`, and the
-//! evictor stores whole chunks with one `store_folio`.
+//! evictor stores whole chunks with one `store_folio`. A fault on
+//! never-touched memory zero-fills every untouched chunk of the aligned
+//! `zero_fill_around` window (2 MiB) at once while the budget has room, so
+//! first touches cost one round trip per window, not per chunk.
 //!
 //! # Per-chunk state machine (`chunk.rs`; one `AtomicU32` per chunk)
 //!
