@@ -18,6 +18,13 @@ use std::sync::OnceLock;
 /// Scratch for one compression: the worst case of every backend for a page.
 const SCRATCH: usize = 2 * PAGE_SIZE;
 
+thread_local! {
+    /// One compression scratch per thread. A stack array would be zeroed on
+    /// every page (8 KiB of memset, measurable next to lz4 on 4 KiB).
+    static SCRATCH_BUF: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0u8; SCRATCH].into_boxed_slice());
+}
+
 impl Zswap {
     /// Store one page. Replaces what `entry` held before.
     pub fn store(&self, entry: SwapEntry, page: &[u8]) -> Result<(), StoreError> {
@@ -147,8 +154,17 @@ impl Zswap {
                 });
             }
         }
-        let mut buf = [0u8; SCRATCH];
-        let len = match ctx.compress(page, &mut buf) {
+        SCRATCH_BUF.with_borrow_mut(|buf| self.compress_and_alloc(key, page, buf, ctx))
+    }
+
+    fn compress_and_alloc(
+        &self,
+        key: SwapEntry,
+        page: &[u8],
+        buf: &mut [u8],
+        ctx: &mut dyn crate::compress::CompressCtx,
+    ) -> Result<ZswapEntry, StoreError> {
+        let len = match ctx.compress(page, buf) {
             Ok(len) => len,
             Err(e) => {
                 Counters::add(&self.counters.reject_compress_fail, 1);
