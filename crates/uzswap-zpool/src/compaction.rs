@@ -1,6 +1,6 @@
 //! Compaction (mm/zsmalloc.c `__zs_compact`, `migrate_zspage`): per class,
-//! drain the sparsest spans into the fullest non-full ones and unmap the
-//! emptied spans.
+//! drain the sparsest spans into the fullest non-full ones and return the
+//! emptied spans' pages; then give every cached free page run back to the OS.
 //!
 //! Locking: the class lock is held for one source span at a time (stores and
 //! frees of the class wait that long; other classes are untouched). The source
@@ -17,7 +17,8 @@ use crate::stats::CompactStats;
 use crate::ZsPool;
 
 impl ZsPool {
-    /// Move objects out of sparse spans and free the emptied spans.
+    /// Move objects out of sparse spans and free the emptied spans, then
+    /// give all cached free page runs back to the OS.
     /// Handles stay valid; concurrent `read`s see each object either at its
     /// old place or its new one, never half-moved.
     pub fn compact(&self) -> CompactStats {
@@ -25,6 +26,7 @@ impl ZsPool {
         for ci in 0..self.classes.len() {
             self.compact_class(ci, &mut stats);
         }
+        stats.bytes_freed += self.pages.trim(0);
         stats
     }
 
@@ -90,7 +92,7 @@ impl ZsPool {
                     let ds = d.take_slot().expect("a span below full has a free slot");
                     // SAFETY: source and destination are distinct spans of
                     // this class (the source is detached), both slots lie
-                    // inside their mappings. The source is write-locked, so no
+                    // inside their page runs. The source is write-locked, so no
                     // reader is in it; the destination slot is free and
                     // undeferred, so no reader can be looking at it; the class
                     // lock excludes every other writer.
@@ -128,11 +130,11 @@ impl ZsPool {
             if inner.span(src).live == 0 {
                 let data = inner.remove_span(src);
                 drop(inner);
-                let id = self.unmap_locked(slot, data, layout.span_bytes());
+                let (id, released) = self.release_locked(slot, data);
                 slot.lock.write_unlock();
                 self.spans.free_id(id);
                 stats.spans_freed += 1;
-                stats.bytes_freed += layout.span_bytes() as u64;
+                stats.bytes_freed += released;
             } else {
                 // Ran out of destinations: every other span is full.
                 inner.attach(src, objs);

@@ -4,12 +4,20 @@
 //! # Layout
 //! Objects of 1..=[`PAGE_SIZE`] bytes are rounded up to a multiple of 16
 //! ([`size_class::ZS_SIZE_CLASS_DELTA`]) and served by a *size class*. A
-//! class owns *spans* (zspages): `pages_per_span` contiguous pages, one
-//! anonymous mapping each, cut into `objs_per_span` equal slots. The span
-//! length (1..=8 pages by default, up to 16) is chosen per class to waste the
-//! smallest fraction of the span; sizes with identical span geometry share a
-//! class. Objects never straddle spans, and an emptied span is `munmap`ed at
-//! once. `pool_total_size` is the bytes of all spans.
+//! class owns *spans* (zspages): `pages_per_span` contiguous pages, cut
+//! into `objs_per_span` equal slots. The span length (1..=8 pages by default,
+//! up to 16) is chosen per class to waste the smallest fraction of the span;
+//! sizes with identical span geometry share a class. Objects never straddle
+//! spans.
+//!
+//! Spans get their pages from the *page provider* (`page_alloc`, the buddy
+//! allocator's part): 2 MiB arenas, one `mmap` each, carved into runs; an
+//! emptied span's run goes on a free list of its length, so the next span of
+//! that length pops it. Cached runs are given back to the OS lazily and in
+//! bulk (whole empty arenas `munmap`ed, other ranges `MADV_DONTNEED`) once
+//! they exceed 1/16 of the live spans' bytes, and all of them by
+//! [`ZsPool::compact`]. `pool_total_size` is the pages of live spans plus
+//! the cached runs ([`PoolStats::cached_bytes`]): all the pool holds.
 //!
 //! Each class keeps its spans on *fullness lists* (empty, 0-9% .. 90-99%,
 //! full). A store goes to the fullest non-full span so spans fill densely;
@@ -29,9 +37,10 @@
 //!    objects out of a span (compaction, under the class lock, *try* only:
 //!    a busy span is skipped, never waited for) and to unmap a span (after it
 //!    was removed from its class and the class lock dropped: waits for
-//!    readers, who by then can only be stale probes that back off).
+//!    readers, who by then can only be stale probes that back off) to give
+//!    its pages back to the provider.
 //! 3. leaf mutexes: the shared spill list of free handle indices, the span id
-//!    allocator. Nothing is taken while holding them.
+//!    allocator, the page provider. Nothing is taken while holding them.
 //!
 //! Order: class lock -> span write (try) -> leaf. A reader holds only its span
 //! read lock; its callback may call into the pool (store, read), but must not
@@ -41,9 +50,29 @@
 //! `read` loads the entry, read-locks the span it names, and loads the entry
 //! again. If it changed, the object moved or was freed: unlock and retry.
 //! If not, the object is at that place and stays there until the read lock is
-//! dropped: moving it or unmapping its span needs the span's write lock. Span
-//! ids are recycled but the span table's memory never is, so probing a stale
-//! span id is harmless (it fails revalidation).
+//! dropped: moving it or returning its span's pages needs the span's write
+//! lock. Span ids are recycled but the span table's memory never is, so
+//! probing a stale span id is harmless (it fails revalidation), and a reader
+//! touches object bytes only after revalidating.
+//!
+//! Pages are reused, not unmapped: a span's run may become another span's
+//! (of any class) right after it is returned. That changes nothing above:
+//! - A validated reader of span S holds S's read lock, and S's run goes back
+//!   to the provider only under S's write lock (with `base` cleared first),
+//!   so while the reader is inside, the run is S's and no other span can own
+//!   those pages.
+//! - A stale reader that read-locks S after S gave its run away (or after
+//!   the id became a new span's) re-loads the entry; the entry it loaded
+//!   first named the old location, and a word naming S again with the same
+//!   generation and slot means the object *is* at that slot of S now (moved
+//!   there, with `base` published before the entry), so the bytes it reads
+//!   are the object's either way. It never reads through a `base` it has not
+//!   revalidated.
+//! - Happens-before for the bytes: a departing reader's Release decrement
+//!   precedes the Acquire write lock of the span's release, which precedes
+//!   the provider's mutex unlock in `free`, which precedes the mutex lock of
+//!   the `alloc` that hands the run to the next span, which precedes that
+//!   span's writes. So the next owner's writes never race the old readers.
 //!
 //! A free does not wait for readers. It stores the free entry word (SeqCst)
 //! and then loads the span's reader count (SeqCst); a reader increments the
@@ -57,19 +86,20 @@
 //!
 //! # Span life cycle (under the class lock unless noted)
 //! ```text
-//!  mapped --attach--> listed (fullness group by occupied slots)
+//!  new (run from the provider) --attach--> listed (fullness group)
 //!  listed --store/free--> listed (regrouped)
 //!  listed --compaction: try write lock + detach--> isolated
-//!  isolated --objects moved, live == 0--> unmapped (write lock held)
+//!  isolated --objects moved, live == 0--> released (write lock held)
 //!  isolated --no destination left--> listed (write lock dropped)
 //!  listed --free of the last object: detach + remove--> dying
-//!  dying --(class lock dropped) write lock, munmap--> unmapped
-//!  unmapped --id recycled after the write lock is dropped--> (free id)
+//!  dying --(class lock dropped) write lock, run back to provider--> released
+//!  released --id recycled after the write lock is dropped--> (free id)
 //! ```
 //!
 //! # Errors
 //! A size of 0 or over `PAGE_SIZE` is [`AllocError::BadSize`]; a failed
-//! `mmap` (or an exhausted handle/span table) is [`AllocError::NoMemory`].
+//! arena `mmap` (or an exhausted handle/span table) is
+//! [`AllocError::NoMemory`].
 //! [`ZsPool::free`] of a handle that is not live changes nothing, is counted
 //! ([`PoolStats::invalid_frees`]) and trips a `debug_assert!`;
 //! [`ZsPool::try_free`] and [`ZsPool::try_read`] return [`InvalidHandle`].
@@ -81,6 +111,7 @@
 
 mod compaction;
 mod handle;
+mod page_alloc;
 mod pool;
 pub mod size_class;
 mod span;

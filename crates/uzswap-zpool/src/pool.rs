@@ -5,10 +5,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::handle::{decode, encode, free_word, next_gen, HandleTable, Loc};
+use crate::page_alloc::PageAlloc;
 use crate::size_class::{
     ClassInner, ClassTable, SizeClass, DEFAULT_MAX_PAGES_PER_SPAN, MAX_PAGES_PER_SPAN_LIMIT,
 };
-use crate::span::{SpanData, SpanMem, SpanSlot, SpanTable};
+use crate::span::{SpanData, SpanSlot, SpanTable};
 use crate::stats::{ClassStats, PoolStats};
 use crate::{AllocError, Handle, InvalidHandle, PAGE_SIZE};
 
@@ -34,13 +35,14 @@ pub struct ZsPool {
     pub(crate) classes: Vec<SizeClass>,
     pub(crate) handles: HandleTable,
     pub(crate) spans: SpanTable,
+    pub(crate) pages: PageAlloc,
     pub(crate) counters: Counters,
 }
 
-/// Whole-pool totals, kept as atomics so `total_size` is one load.
+/// Whole-pool totals, kept as atomics so stats take no lock. The bytes held
+/// from the OS are the page provider's count.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub total_size: AtomicU64,
     pub used_bytes: AtomicU64,
     pub objects: AtomicU64,
     pub spans: AtomicU64,
@@ -66,6 +68,7 @@ impl ZsPool {
             classes,
             handles: HandleTable::new(),
             spans: SpanTable::new(),
+            pages: PageAlloc::new(),
             counters: Counters::default(),
         }
     }
@@ -98,7 +101,7 @@ impl ZsPool {
             let span = inner.span_mut(local);
             let slot = span.take_slot().expect("a span below full has a free slot");
             // SAFETY: slot < objs_per_span, so the destination lies inside
-            // the span's mapping (objs * size <= span bytes). The slot came
+            // the span's page run (objs * size <= span bytes). The slot came
             // from the free list or was never used: no entry names it and no
             // reader that validated an earlier object there remains (deferred
             // slots reach the free list only after the span was seen without
@@ -138,20 +141,24 @@ impl ZsPool {
         Ok(Handle::new(index, gen))
     }
 
-    /// Map a fresh span for `class` and adopt it (attached once its first
-    /// object lands).
+    /// Take a page run for a fresh span of `class` and adopt it (attached
+    /// once its first object lands).
     fn new_span(&self, class: &SizeClass, inner: &mut ClassInner) -> Result<u32, AllocError> {
         let layout = class.layout;
-        let mem = SpanMem::map(layout.span_bytes())?;
-        let id = self.spans.alloc_id().ok_or(AllocError::NoMemory)?;
+        let mem = self.pages.alloc(layout.pages_per_span as usize)?;
+        let Some(id) = self.spans.alloc_id() else {
+            self.pages.free(mem);
+            return Err(AllocError::NoMemory);
+        };
         let slot = self.span_slot(id);
+        // Release, and the entry store that later names this span is Release
+        // too: a reader that sees the entry sees this base. The run may have
+        // been another span's; the provider's lock orders that span's last
+        // accesses before this one's first (see `page_alloc`).
         slot.base.store(mem.as_ptr(), Ordering::Release);
         let local = inner.insert_span(SpanData::new(id, mem, layout.objs_per_span));
         slot.local.store(local, Ordering::Relaxed);
         inner.attach(local, layout.objs_per_span);
-        self.counters
-            .total_size
-            .fetch_add(layout.span_bytes() as u64, Ordering::Relaxed);
         self.counters.spans.fetch_add(1, Ordering::Relaxed);
         Ok(local)
     }
@@ -188,11 +195,12 @@ impl ZsPool {
             let slot = self.span_slot(loc.span);
             let guard = slot.lock.read();
             // Revalidate under the read lock: compaction may have moved the
-            // object (and even unmapped and reused the span id) between the
-            // load above and the lock. If the entry still names this span,
-            // the object is there and stays until the guard drops: moving it
-            // or unmapping the span needs the write lock, and a concurrent
-            // free of this handle defers the slot (see `free`).
+            // object (and even released the span, its pages now another
+            // span's, and reused the span id) between the load above and the
+            // lock. If the entry still names this span, the object is there
+            // and stays until the guard drops: moving it or returning the
+            // span's pages needs the write lock, and a concurrent free of
+            // this handle defers the slot (see `free`).
             if entry.load(Ordering::SeqCst) != word {
                 drop(guard);
                 std::hint::spin_loop();
@@ -202,11 +210,11 @@ impl ZsPool {
             let stride = self.classes[self.map.class_of(loc.size as usize)]
                 .layout
                 .size;
-            // SAFETY: the entry (acquired after the span was mapped and the
-            // object written, both published with Release) names this span,
-            // slot and length; slot * stride + size lies inside the span; the
-            // read guard keeps the mapping and the bytes unchanged until it
-            // drops after `f` returns (see above).
+            // SAFETY: the entry (acquired after the span got its pages and
+            // the object was written, both published with Release) names this
+            // span, slot and length; slot * stride + size lies inside the
+            // span; the read guard keeps the pages the span's and the bytes
+            // unchanged until it drops after `f` returns (see above).
             let bytes = unsafe {
                 std::slice::from_raw_parts(
                     base.add(loc.slot as usize * stride as usize),
@@ -289,42 +297,44 @@ impl ZsPool {
             return Ok(());
         }
         // Last object gone: take the span out of the class so no store or
-        // compaction can find it, then unmap it outside the class lock once
-        // stale readers have left.
+        // compaction can find it, then return its pages outside the class
+        // lock once stale readers have left.
         inner.detach(local);
         let data = inner.remove_span(local);
         drop(inner);
-        self.release_span(slot, data, layout.span_bytes());
+        self.release_span(slot, data);
         Ok(())
     }
 
-    /// Unmap a span already removed from its class and recycle its id.
-    /// Takes the span write lock, waiting out readers that still probe it.
-    pub(crate) fn release_span(&self, slot: &SpanSlot, data: SpanData, bytes: usize) {
+    /// Return the pages of a span already removed from its class and
+    /// recycle its id. Takes the span write lock, waiting out readers that
+    /// still probe it.
+    pub(crate) fn release_span(&self, slot: &SpanSlot, data: SpanData) {
         slot.lock.write_lock();
-        let id = self.unmap_locked(slot, data, bytes);
+        let (id, _) = self.release_locked(slot, data);
         slot.lock.write_unlock();
         self.spans.free_id(id);
     }
 
-    /// Unmap a removed span whose write lock the caller holds. Returns its
-    /// id, for the caller to recycle after dropping the write lock (a new
-    /// span under that id must not start out write-locked).
+    /// Return the pages of a removed span whose write lock the caller holds:
+    /// no reader is in it, and none that comes later can validate an object
+    /// in it (no entry names it). Returns its id, for the caller to recycle
+    /// after dropping the write lock (a new span under that id must not start
+    /// out write-locked), and the bytes the provider gave back to the OS.
     #[must_use]
-    pub(crate) fn unmap_locked(&self, slot: &SpanSlot, data: SpanData, bytes: usize) -> u32 {
+    pub(crate) fn release_locked(&self, slot: &SpanSlot, data: SpanData) -> (u32, u64) {
         slot.base.store(std::ptr::null_mut(), Ordering::Relaxed);
         let id = data.id;
-        drop(data); // munmap
-        self.counters
-            .total_size
-            .fetch_sub(bytes as u64, Ordering::Relaxed);
+        let released = self.pages.free(data.mem);
         self.counters.spans.fetch_sub(1, Ordering::Relaxed);
-        id
+        (id, released)
     }
 
-    /// Bytes of memory the pool holds (all spans). One relaxed atomic load.
+    /// Bytes of memory the pool holds from the OS: pages of live spans plus
+    /// cached free page runs not yet given back ([`PoolStats::cached_bytes`]).
+    /// What a memory budget charges. One relaxed atomic load.
     pub fn total_size(&self) -> u64 {
-        self.counters.total_size.load(Ordering::Relaxed)
+        self.pages.held_bytes()
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -334,6 +344,8 @@ impl ZsPool {
             objects: self.counters.objects.load(Ordering::Relaxed),
             spans: self.counters.spans.load(Ordering::Relaxed),
             invalid_frees: self.counters.invalid_frees.load(Ordering::Relaxed),
+            cached_bytes: self.pages.cached_bytes(),
+            arenas: self.pages.arenas(),
             metadata_bytes: self.handles.table_bytes(),
             ..Default::default()
         };
@@ -363,7 +375,8 @@ impl Default for ZsPool {
 
 impl Drop for ZsPool {
     fn drop(&mut self) {
-        // `&mut self`: no reader or writer is left; unmapping is all.
+        // `&mut self`: no reader or writer is left. Spans hold plain
+        // addresses; the provider unmaps every arena when it drops.
         for class in &self.classes {
             class.inner.lock().drain_spans().for_each(drop);
         }

@@ -50,6 +50,7 @@ pub(crate) struct ClassLayout {
 }
 
 impl ClassLayout {
+    #[cfg(test)]
     pub(crate) fn span_bytes(&self) -> usize {
         self.pages_per_span as usize * PAGE_SIZE
     }

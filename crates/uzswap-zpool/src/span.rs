@@ -1,9 +1,10 @@
-//! Spans, the kernel's zspages: `pages_per_span` contiguous pages mapped as
-//! one anonymous mapping and carved into equal slots of one class.
+//! Spans, the kernel's zspages: a run of `pages_per_span` contiguous pages
+//! from the page provider (`page_alloc`), carved into equal slots of one
+//! class.
 //!
 //! Unlike a zspage a span is virtually contiguous, so no object straddles a
 //! page boundary that needs stitching, and an emptied span goes back to the
-//! OS with one `munmap`.
+//! provider as one run.
 //!
 //! Each span has two halves:
 //! - [`SpanSlot`], in the pool-wide span table, indexed by span id: the
@@ -11,7 +12,7 @@
 //!   Lock-free readers reach it from a handle entry; the table never frees a
 //!   slot's memory, so a reader holding a stale span id still touches valid
 //!   memory (it then fails validation and retries).
-//! - [`SpanData`], owned by its class under the class lock: the mapping,
+//! - [`SpanData`], owned by its class under the class lock: the page run,
 //!   which slot holds which handle, the free and deferred slots.
 //!
 //! A slot freed while some reader holds the span's read lock is *deferred*:
@@ -19,67 +20,17 @@
 //! reading it, so the slot is not reused until the span is seen with no
 //! readers (see the crate comment for the ordering argument).
 
-use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
 use crate::handle::MAX_SPAN_ID_BITS;
+use crate::page_alloc::PageRun;
 use crate::table::ChunkedTable;
-use crate::AllocError;
-
-/// One anonymous private mapping of whole pages, unmapped on drop.
-pub(crate) struct SpanMem {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: SpanMem exclusively owns its mapping; the raw pointer is only an
-// address. Concurrent access to the bytes is arbitrated by the span lock and
-// the class lock (see the crate comment), not by this type.
-unsafe impl Send for SpanMem {}
-// SAFETY: as above; `&SpanMem` only exposes the address.
-unsafe impl Sync for SpanMem {}
-
-impl SpanMem {
-    pub(crate) fn map(len: usize) -> Result<Self, AllocError> {
-        // SAFETY: a fresh anonymous private mapping at an address of the
-        // kernel's choosing; it aliases nothing and the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(AllocError::NoMemory);
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or(AllocError::NoMemory)?;
-        Ok(Self { ptr, len })
-    }
-
-    pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-}
-
-impl Drop for SpanMem {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was created by `map` with this address and
-        // length and is unmapped exactly once, here. Callers drop a span's
-        // memory only with its span write lock held or when the pool itself
-        // drops, so no reader can be inside it.
-        let rc = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-        debug_assert_eq!(rc, 0, "munmap of a span failed");
-    }
-}
 
 /// Reader/writer word of a span: low bits count readers, the top bit is the
-/// writer (compaction moving objects out, or the span being unmapped).
+/// writer (compaction moving objects out, or the span's pages going back to
+/// the provider).
 /// Readers never block writers that use `try_write_lock`; a reader that finds
 /// the writer bit backs off and waits for it to clear.
 #[derive(Default)]
@@ -152,8 +103,8 @@ impl Drop for ReadGuard<'_> {
 #[derive(Default)]
 pub(crate) struct SpanSlot {
     pub lock: SpanLock,
-    /// Base address while the span is mapped; written under the class lock
-    /// before any entry names the span, cleared under the write lock.
+    /// Base address while the span holds its pages; written under the class
+    /// lock before any entry names the span, cleared under the write lock.
     pub base: AtomicPtr<u8>,
     /// Index of the span's `SpanData` in its class; read under the class lock.
     pub local: AtomicU32,
@@ -192,21 +143,21 @@ impl SpanTable {
         Some(id)
     }
 
-    /// Give back an id whose span is unmapped.
+    /// Give back an id whose span returned its pages.
     pub(crate) fn free_id(&self, id: u32) {
         self.ids.lock().1.push(id);
     }
 }
 
 /// The class-locked half of a span, kept small (it is per span, outside
-/// `pool_total_size`): the mapping, and one word per slot that is either the
+/// `pool_total_size`): the page run, and one word per slot that is either the
 /// handle index of the object there, a link in the span's free-slot list, or
 /// a deferred mark.
 pub(crate) struct SpanData {
     pub id: u32,
     /// Position in its fullness list (`group == NO_GROUP`: detached).
     pub pos: u32,
-    pub mem: SpanMem,
+    pub mem: PageRun,
     owner: Box<[u32]>,
     /// Objects stored.
     pub live: u16,
@@ -225,7 +176,7 @@ const TAGS: u32 = FREE | DEFERRED;
 const NIL: u16 = u16::MAX;
 
 impl SpanData {
-    pub(crate) fn new(id: u32, mem: SpanMem, objs_per_span: u32) -> Self {
+    pub(crate) fn new(id: u32, mem: PageRun, objs_per_span: u32) -> Self {
         debug_assert!(objs_per_span >= 1 && objs_per_span < u32::from(NIL));
         let owner = (0..objs_per_span)
             .map(|s| {

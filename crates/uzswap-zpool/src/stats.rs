@@ -10,8 +10,16 @@ use crate::size_class::NR_FULLNESS_GROUPS;
 /// disagree by the operations in flight; in a quiescent pool they add up.
 #[derive(Clone, Debug, Default)]
 pub struct PoolStats {
-    /// Bytes of memory the pool holds (spans), the figure zswap charges.
+    /// Bytes of memory the pool holds from the OS, the figure zswap
+    /// charges: pages of live spans plus `cached_bytes`. Arena address
+    /// space never handed out, or given back, is not counted.
     pub pool_total_size: u64,
+    /// Free page runs the pool keeps for reuse instead of giving them back
+    /// at once (part of `pool_total_size`; at most about 1/16 of the live
+    /// spans' bytes, and none after [`crate::ZsPool::compact`]).
+    pub cached_bytes: u64,
+    /// Arena mappings (of 2 MiB) the spans are carved from.
+    pub arenas: u64,
     /// Bytes handed out to live objects (their requested sizes).
     pub used_bytes: u64,
     pub objects: u64,
@@ -72,6 +80,7 @@ impl ClassStats {
 pub struct CompactStats {
     pub objects_moved: u64,
     pub spans_freed: u64,
-    /// Bytes given back to the OS.
+    /// Bytes given back to the OS during the pass: emptied spans' pages
+    /// and every cached free run (see [`PoolStats::cached_bytes`]).
     pub bytes_freed: u64,
 }

@@ -49,12 +49,19 @@ impl ZsPool {
             spans += inner.nspans;
             bytes += inner.nspans * class.layout.span_bytes() as u64;
         }
+        self.pages.assert_consistent();
         let s = self.stats();
         assert_eq!(s.objects, objects);
         assert_eq!(s.used_bytes, used);
         assert_eq!(s.spans, spans);
-        assert_eq!(s.pool_total_size, bytes);
-        assert_eq!(self.total_size(), bytes);
+        // Held = live spans + cached runs, the cache within its bound.
+        assert_eq!(s.pool_total_size, bytes + s.cached_bytes);
+        assert_eq!(self.total_size(), bytes + s.cached_bytes);
+        assert!(
+            s.cached_bytes * 16 <= bytes,
+            "{} cached, {bytes} live",
+            s.cached_bytes
+        );
         let cs: u64 = s.classes.iter().map(|c| c.objects).sum();
         assert_eq!(cs, objects);
     }
@@ -450,4 +457,76 @@ fn stats_describe_classes() {
     assert_eq!(s.used_bytes, 1500);
     assert!(s.fragmentation() > 0.0 && s.metadata_bytes > 0);
     pool.free(h);
+}
+
+#[test]
+fn page_sized_objects_reuse_cached_pages() {
+    // Incompressible pages are stored raw: one object per one-page span, so
+    // every store takes a page run and every free returns one.
+    let pool = ZsPool::new();
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut live: Vec<(Handle, u64, usize)> = (0..2048)
+        .map(|id| (pool.store(&content(id, PAGE_SIZE)).unwrap(), id, PAGE_SIZE))
+        .collect();
+    let arenas = pool.stats().arenas;
+    assert!(arenas >= 4, "{arenas} arenas for 8 MiB");
+    for id in 2048..22_048 {
+        let i = rng.gen_range(0..live.len());
+        pool.free(live[i].0);
+        live[i] = (pool.store(&content(id, PAGE_SIZE)).unwrap(), id, PAGE_SIZE);
+    }
+    let s = pool.stats();
+    assert_eq!(s.arenas, arenas, "churn at a steady size maps nothing new");
+    assert_eq!(s.spans, 2048);
+    assert!(
+        s.pool_total_size <= 2048 * PAGE_SIZE as u64 * 17 / 16,
+        "{s:?}"
+    );
+    check_live(&pool, &live);
+    pool.assert_consistent();
+    // Compaction gives every cached run back.
+    let c = pool.compact();
+    let s = pool.stats();
+    assert_eq!(s.cached_bytes, 0);
+    assert_eq!(s.pool_total_size, 2048 * PAGE_SIZE as u64);
+    assert_eq!(c.objects_moved, 0);
+    pool.assert_consistent();
+}
+
+#[test]
+fn arenas_stay_few_after_random_frees() {
+    // One mapping per span used to be one VMA each; after random frees the
+    // arena count stays bounded by the peak size over 2 MiB.
+    const ARENA: u64 = 2 << 20;
+    let pool = ZsPool::new();
+    let mut rng = SmallRng::seed_from_u64(5);
+    let mut live = Vec::new();
+    let mut id = 0u64;
+    while pool.total_size() < 48 << 20 {
+        let len = if rng.gen_ratio(1, 4) {
+            PAGE_SIZE
+        } else {
+            rng.gen_range(100..PAGE_SIZE)
+        };
+        live.push((pool.store(&content(id, len)).unwrap(), id, len));
+        id += 1;
+    }
+    let peak = pool.stats();
+    assert!(peak.arenas <= peak.pool_total_size / ARENA + 2, "{peak:?}");
+    let mut kept = Vec::new();
+    for e in live {
+        if rng.gen_ratio(3, 4) {
+            pool.free(e.0);
+        } else {
+            kept.push(e);
+        }
+    }
+    let s = pool.stats();
+    assert!(s.arenas <= peak.arenas, "{s:?}");
+    assert!(s.cached_bytes * 16 <= s.pool_total_size);
+    pool.assert_consistent();
+    check_live(&pool, &kept);
+    pool.compact();
+    pool.assert_consistent();
+    check_live(&pool, &kept);
 }

@@ -1,0 +1,814 @@
+//! The page-run provider under the spans: the pool's buddy allocator
+//! (mm/page_alloc.c), reduced to what spans need.
+//!
+//! Spans are 1..=[`MAX_RUN_PAGES`] contiguous pages. Mapping each one on its
+//! own costs an `mmap` plus first-touch faults per span and a `munmap` (with a
+//! TLB shootdown to every other CPU running the process) per emptied span,
+//! and every mapping is a VMA that counts against `vm.max_map_count`. So
+//! memory is taken from the OS in *arenas* of [`ARENA_BYTES`] (one `mmap`
+//! each), carved into runs, and a run a span gives back is kept on a free
+//! list of its length: getting a span is usually a pop, returning one a push.
+//!
+//! Page states inside an arena (two bitmaps, `free` and `dirty`):
+//! ```text
+//!  clean  free, not dirty: never touched or given back; holds no memory
+//!  used   not free: part of a live span
+//!  cached free and dirty: on a free list; may hold memory
+//!  clean --alloc (fresh space)--> used --free--> cached --pop--> used
+//!  cached --trim: MADV_DONTNEED, or munmap of a wholly free arena--> clean
+//! ```
+//! Allocation order: a cached run of exactly the length, else the shortest
+//! longer cached run split (its tail stays cached), else clean pages of an
+//! arena (first fit), else a new arena.
+//!
+//! # Giving memory back
+//! Lazily and in bulk. After a free, when cached bytes exceed 1/16 of the
+//! bytes in live spans, *trim* brings them down to 1/32: first whole arenas
+//! with no live span are `munmap`ed (one syscall and one shootdown for up to
+//! 512 pages), then, in the arenas holding the most cached pages, each
+//! maximal range of cached pages gets one `MADV_DONTNEED` (adjacent runs
+//! coalesce into one call). `MADV_DONTNEED` rather than `MADV_FREE`: memory
+//! given back by `MADV_FREE` stays in the process's RSS until the kernel
+//! happens to reclaim it, and a budget that charges `held_bytes` must not be
+//! told memory is gone while RSS still shows it. The bound is relative so a
+//! budget charging the pool overshoots by at most 1/16, and a pool with no
+//! live span holds nothing. [`PageAlloc::trim`] with 0 releases all.
+//!
+//! # Accounting
+//! `held_bytes` = pages in live spans + cached pages: every page the pool may
+//! hold memory for. Clean pages (fresh arena space, or given back) are not
+//! counted, though their address space stays reserved until the arena goes.
+//! A span counts whole even where its tail was never touched.
+//!
+//! # Locking
+//! One mutex, a leaf: nothing else is taken under it. `munmap` of released
+//! arenas runs after it is dropped (they are unreachable by then);
+//! `MADV_DONTNEED` runs under it, since the pages it zaps must not be handed
+//! out before the call returns. The mutex also orders reuse: everything a
+//! span's last users did to its pages happens before the free that returns
+//! them (the pool frees a span under its write lock, after all readers left),
+//! and the free's unlock happens before the lock of the alloc that hands the
+//! pages to the next span.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::{AllocError, PAGE_SIZE};
+
+/// Pages per arena.
+pub(crate) const ARENA_PAGES: usize = 512;
+/// Bytes per arena: one mapping, the unit of `munmap`.
+pub(crate) const ARENA_BYTES: usize = ARENA_PAGES * PAGE_SIZE;
+/// Longest run (span) in pages.
+pub(crate) const MAX_RUN_PAGES: usize = crate::size_class::MAX_PAGES_PER_SPAN_LIMIT;
+/// Cached bytes may reach `live / CACHE_DIVISOR` before a trim.
+const CACHE_DIVISOR: u64 = 16;
+/// Most pages faulted in at once when a span needs fresh pages (256 KiB).
+const GROW_PAGES: usize = 64;
+
+const WORDS: usize = ARENA_PAGES / 64;
+type Bits = [u64; WORDS];
+
+fn bit(bits: &Bits, p: usize) -> bool {
+    bits[p / 64] >> (p % 64) & 1 != 0
+}
+
+fn set_range(bits: &mut Bits, start: usize, n: usize, on: bool) {
+    for p in start..start + n {
+        if on {
+            bits[p / 64] |= 1 << (p % 64);
+        } else {
+            bits[p / 64] &= !(1 << (p % 64));
+        }
+    }
+}
+
+/// First run of `n` set bits, skipping empty words whole.
+fn find_run(bits: &Bits, n: usize) -> Option<usize> {
+    let (mut run, mut start, mut p) = (0, 0, 0);
+    while p < ARENA_PAGES {
+        if p % 64 == 0 && bits[p / 64] == 0 {
+            run = 0;
+            p += 64;
+            continue;
+        }
+        if bit(bits, p) {
+            if run == 0 {
+                start = p;
+            }
+            run += 1;
+            if run == n {
+                return Some(start);
+            }
+        } else {
+            run = 0;
+        }
+        p += 1;
+    }
+    None
+}
+
+/// Maximal ranges of set bits, as (start, len).
+fn ranges(bits: &Bits) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut p = 0;
+    while p < ARENA_PAGES {
+        if bit(bits, p) {
+            let s = p;
+            while p < ARENA_PAGES && bit(bits, p) {
+                p += 1;
+            }
+            out.push((s, p - s));
+        } else {
+            p += 1;
+        }
+    }
+    out
+}
+
+/// A run of whole pages handed to one span. Plain data: its memory goes back
+/// only through [`PageAlloc::free`] (or with the whole provider).
+pub(crate) struct PageRun {
+    ptr: NonNull<u8>,
+    pages: u32,
+    arena: u32,
+}
+
+// SAFETY: a PageRun is an address range owned by one span; access to the
+// bytes is arbitrated by the span lock and the class lock (crate comment).
+unsafe impl Send for PageRun {}
+// SAFETY: as above; `&PageRun` only exposes the address.
+unsafe impl Sync for PageRun {}
+
+impl PageRun {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+/// One arena mapping, unmapped on drop.
+struct Mapping(NonNull<u8>);
+
+// SAFETY: the mapping is only an address range; see `PageRun`.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn new() -> Result<Self, AllocError> {
+        // SAFETY: a fresh anonymous private mapping at an address of the
+        // kernel's choosing; it aliases nothing and the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ARENA_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(AllocError::NoMemory);
+        }
+        NonNull::new(p.cast::<u8>())
+            .map(Self)
+            .ok_or(AllocError::NoMemory)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: created by `new` with this address and length, unmapped
+        // once. A Mapping is dropped only when no page of it is in a live
+        // span (its arena had no used page) or the provider itself drops.
+        let rc = unsafe { libc::munmap(self.0.as_ptr().cast(), ARENA_BYTES) };
+        debug_assert_eq!(rc, 0, "munmap of an arena failed");
+    }
+}
+
+struct Arena {
+    map: Mapping,
+    free: Bits,
+    dirty: Bits,
+    used: u32,
+    cached: u32,
+    /// Shortest clean run a search of this arena failed to find since its
+    /// clean pages last grew: skip it for requests that long or longer.
+    fail_len: u32,
+}
+
+impl Arena {
+    fn base(&self) -> *mut u8 {
+        self.map.0.as_ptr()
+    }
+
+    fn clean(&self) -> usize {
+        ARENA_PAGES - self.used as usize - self.cached as usize
+    }
+
+    fn clean_bits(&self) -> Bits {
+        std::array::from_fn(|w| self.free[w] & !self.dirty[w])
+    }
+}
+
+struct Inner {
+    arenas: Vec<Option<Arena>>,
+    free_slots: Vec<u32>,
+    /// Cached runs by length: (arena, first page).
+    cached: [Vec<(u32, u32)>; MAX_RUN_PAGES + 1],
+    /// Arena tried first for clean pages (the newest).
+    current: Option<u32>,
+    live_pages: u64,
+    cached_pages: u64,
+}
+
+/// The provider. `held_bytes` and friends are mirrored in atomics so readers
+/// of the totals take no lock.
+pub(crate) struct PageAlloc {
+    inner: Mutex<Inner>,
+    held: AtomicU64,
+    cached: AtomicU64,
+    arenas: AtomicU64,
+}
+
+/// Result of giving memory back: bytes released and arenas to unmap once
+/// the lock is dropped.
+struct Released {
+    bytes: u64,
+    maps: Vec<Mapping>,
+}
+
+impl PageAlloc {
+    pub(crate) fn new() -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                arenas: Vec::new(),
+                free_slots: Vec::new(),
+                cached: std::array::from_fn(|_| Vec::new()),
+                current: None,
+                live_pages: 0,
+                cached_pages: 0,
+            }),
+            held: AtomicU64::new(0),
+            cached: AtomicU64::new(0),
+            arenas: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes in live runs plus cached free runs.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of cached free runs (part of `held_bytes`).
+    pub(crate) fn cached_bytes(&self) -> u64 {
+        self.cached.load(Ordering::Relaxed)
+    }
+
+    /// Arena mappings the provider holds.
+    pub(crate) fn arenas(&self) -> u64 {
+        self.arenas.load(Ordering::Relaxed)
+    }
+
+    /// A run of `pages` (1..=MAX_RUN_PAGES) contiguous pages. Its bytes are
+    /// whatever they were: zero when fresh, stale when reused.
+    pub(crate) fn alloc(&self, pages: usize) -> Result<PageRun, AllocError> {
+        assert!((1..=MAX_RUN_PAGES).contains(&pages));
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        let r = if let Some(run) = inner.take_cached(pages) {
+            run
+        } else {
+            let before = inner.cached_pages;
+            let grow = inner.grow_pages(pages);
+            let run = match inner.take_clean(pages, grow) {
+                Some(run) => run,
+                None => {
+                    let a = inner.add_arena(Mapping::new()?);
+                    self.arenas.fetch_add(1, Ordering::Relaxed);
+                    inner
+                        .take_clean_in(a, pages, grow)
+                        .expect("a new arena is clean")
+                }
+            };
+            let added = pages as u64 + inner.cached_pages - before;
+            self.held
+                .fetch_add(added * PAGE_SIZE as u64, Ordering::Relaxed);
+            run
+        };
+        inner.live_pages += pages as u64;
+        self.publish(inner);
+        Ok(r)
+    }
+
+    /// Return a run from [`Self::alloc`]. No one may touch its bytes any
+    /// more. Returns the bytes given back to the OS by a trim this triggered.
+    pub(crate) fn free(&self, run: PageRun) -> u64 {
+        let mut g = self.inner.lock();
+        let inner = &mut *g;
+        let (a, p, n) = (run.arena, inner.page_of(&run), run.pages as usize);
+        {
+            let ar = inner.arenas[a as usize].as_mut().expect("run's arena");
+            debug_assert!((p..p + n).all(|q| !bit(&ar.free, q)), "double free");
+            set_range(&mut ar.free, p, n, true);
+            set_range(&mut ar.dirty, p, n, true);
+            ar.used -= n as u32;
+            ar.cached += n as u32;
+        }
+        inner.cached[n].push((a, p as u32));
+        inner.cached_pages += n as u64;
+        inner.live_pages -= n as u64;
+        let rel = if inner.cached_pages * CACHE_DIVISOR > inner.live_pages {
+            let target = inner.live_pages / (2 * CACHE_DIVISOR);
+            inner.trim(target)
+        } else {
+            Released {
+                bytes: 0,
+                maps: Vec::new(),
+            }
+        };
+        self.finish(g, rel)
+    }
+
+    /// Give cached memory back until at most `keep_bytes` stay cached.
+    /// Returns the bytes given back.
+    pub(crate) fn trim(&self, keep_bytes: u64) -> u64 {
+        let mut g = self.inner.lock();
+        let rel = g.trim(keep_bytes / PAGE_SIZE as u64);
+        self.finish(g, rel)
+    }
+
+    fn finish(&self, mut g: parking_lot::MutexGuard<'_, Inner>, rel: Released) -> u64 {
+        if rel.bytes > 0 || !rel.maps.is_empty() {
+            self.held.fetch_sub(rel.bytes, Ordering::Relaxed);
+            self.arenas
+                .fetch_sub(rel.maps.len() as u64, Ordering::Relaxed);
+        }
+        self.publish(&mut g);
+        drop(g);
+        drop(rel.maps); // munmap, outside the lock
+        rel.bytes
+    }
+
+    fn publish(&self, inner: &mut Inner) {
+        self.cached
+            .store(inner.cached_pages * PAGE_SIZE as u64, Ordering::Relaxed);
+    }
+}
+
+impl Inner {
+    fn page_of(&self, run: &PageRun) -> usize {
+        let ar = self.arenas[run.arena as usize]
+            .as_ref()
+            .expect("run's arena");
+        (run.as_ptr() as usize - ar.base() as usize) / PAGE_SIZE
+    }
+
+    fn add_arena(&mut self, map: Mapping) -> u32 {
+        let arena = Arena {
+            map,
+            free: [u64::MAX; WORDS],
+            dirty: [0; WORDS],
+            used: 0,
+            cached: 0,
+            fail_len: u32::MAX,
+        };
+        let a = match self.free_slots.pop() {
+            Some(a) => {
+                self.arenas[a as usize] = Some(arena);
+                a
+            }
+            None => {
+                self.arenas.push(Some(arena));
+                (self.arenas.len() - 1) as u32
+            }
+        };
+        self.current = Some(a);
+        a
+    }
+
+    fn run(&mut self, a: u32, p: usize, n: usize) -> PageRun {
+        let ar = self.arenas[a as usize].as_mut().expect("live arena");
+        set_range(&mut ar.free, p, n, false);
+        ar.used += n as u32;
+        // SAFETY: p + n <= ARENA_PAGES, so the address is inside the arena.
+        let ptr = unsafe { ar.base().add(p * PAGE_SIZE) };
+        PageRun {
+            ptr: NonNull::new(ptr).expect("arena addresses are not null"),
+            pages: n as u32,
+            arena: a,
+        }
+    }
+
+    /// Pop a cached run of `n` pages, splitting a longer one if need be.
+    fn take_cached(&mut self, n: usize) -> Option<PageRun> {
+        let m = (n..=MAX_RUN_PAGES).find(|&m| !self.cached[m].is_empty())?;
+        let (a, p) = self.cached[m].pop().expect("non-empty list");
+        let p = p as usize;
+        if m > n {
+            self.cached[m - n].push((a, (p + n) as u32));
+        }
+        let ar = self.arenas[a as usize]
+            .as_mut()
+            .expect("cached run's arena");
+        set_range(&mut ar.dirty, p, n, false);
+        ar.cached -= n as u32;
+        self.cached_pages -= n as u64;
+        Some(self.run(a, p, n))
+    }
+
+    /// Pages to fault in at once when taking clean pages for a run of `n`:
+    /// up to [`GROW_PAGES`], while the cache stays within 1/64 of the live
+    /// pages. The extra pages are cached and counted, so this keeps what a
+    /// fill leaves cached small (a quarter of the trim bound), and a small
+    /// pool does not populate what its next free would give back.
+    fn grow_pages(&self, n: usize) -> usize {
+        let room = (self.live_pages / (4 * CACHE_DIVISOR)).saturating_sub(self.cached_pages);
+        n.max(room.min(GROW_PAGES as u64) as usize)
+    }
+
+    /// Clean pages for a run of `n`: the current arena first, then any.
+    fn take_clean(&mut self, n: usize, grow: usize) -> Option<PageRun> {
+        if let Some(a) = self.current {
+            if let Some(r) = self.take_clean_in(a, n, grow) {
+                return Some(r);
+            }
+        }
+        for a in 0..self.arenas.len() as u32 {
+            if Some(a) != self.current {
+                if let Some(r) = self.take_clean_in(a, n, grow) {
+                    self.current = Some(a);
+                    return Some(r);
+                }
+            }
+        }
+        None
+    }
+
+    /// A run of `n` clean pages of arena `a`. When `grow > n`, up to
+    /// `grow - n` clean pages right after it are faulted in with it, by one
+    /// `MADV_POPULATE_WRITE` (one kernel entry instead of one fault per
+    /// page), and cached as runs of `n` for the next allocations.
+    fn take_clean_in(&mut self, a: u32, n: usize, grow: usize) -> Option<PageRun> {
+        let ar = self.arenas[a as usize].as_mut()?;
+        if ar.clean() < n || n as u32 >= ar.fail_len {
+            return None;
+        }
+        let clean = ar.clean_bits();
+        let Some(p) = find_run(&clean, n) else {
+            ar.fail_len = n as u32;
+            return None;
+        };
+        let mut end = p + n;
+        while end < ARENA_PAGES && end < p + grow && bit(&clean, end) {
+            end += 1;
+        }
+        if end - p > 1 {
+            // SAFETY: [p, end) lies inside the arena and holds clean pages
+            // only: no span owns them, and the lock is held. Populating
+            // changes no byte a program could observe (fresh pages read as
+            // zero either way); a failure (an old kernel) only means the
+            // pages fault in on first touch instead.
+            unsafe {
+                libc::madvise(
+                    ar.base().add(p * PAGE_SIZE).cast(),
+                    (end - p) * PAGE_SIZE,
+                    libc::MADV_POPULATE_WRITE,
+                );
+            }
+        }
+        let extra = end - (p + n);
+        if extra > 0 {
+            set_range(&mut ar.dirty, p + n, extra, true);
+            ar.cached += extra as u32;
+            self.cached_pages += extra as u64;
+            let mut q = p + n;
+            while q < end {
+                let len = n.min(end - q);
+                self.cached[len].push((a, q as u32));
+                q += len;
+            }
+        }
+        Some(self.run(a, p, n))
+    }
+
+    /// Give cached pages back until at most `keep` stay cached: arenas with
+    /// no live page first (munmap), then ranges in the arenas caching the
+    /// most (MADV_DONTNEED). Fully clean spare arenas go too.
+    fn trim(&mut self, keep: u64) -> Released {
+        let mut rel = Released {
+            bytes: 0,
+            maps: Vec::new(),
+        };
+        if self.cached_pages <= keep {
+            return rel;
+        }
+        let mut touched = false;
+        for a in 0..self.arenas.len() {
+            if self.cached_pages <= keep {
+                break;
+            }
+            let empty = self.arenas[a].as_ref().is_some_and(|ar| ar.used == 0);
+            if empty {
+                let ar = self.arenas[a].take().expect("checked above");
+                self.free_slots.push(a as u32);
+                if self.current == Some(a as u32) {
+                    self.current = None;
+                }
+                self.cached_pages -= u64::from(ar.cached);
+                rel.bytes += u64::from(ar.cached) * PAGE_SIZE as u64;
+                touched |= ar.cached > 0;
+                rel.maps.push(ar.map);
+            }
+        }
+        if self.cached_pages > keep {
+            let mut by_cached: Vec<(u32, usize)> = self
+                .arenas
+                .iter()
+                .enumerate()
+                .filter_map(|(a, ar)| ar.as_ref().map(|ar| (ar.cached, a)))
+                .filter(|&(c, _)| c > 0)
+                .collect();
+            by_cached.sort_unstable_by(|x, y| y.cmp(x));
+            for (_, a) in by_cached {
+                if self.cached_pages <= keep {
+                    break;
+                }
+                let ar = self.arenas[a].as_mut().expect("listed arena");
+                for (s, len) in ranges(&ar.dirty) {
+                    // SAFETY: the range lies inside the arena mapping and
+                    // holds only cached pages: no span owns them, and none
+                    // is handed out before this returns (the lock is held).
+                    let rc = unsafe {
+                        libc::madvise(
+                            ar.base().add(s * PAGE_SIZE).cast(),
+                            len * PAGE_SIZE,
+                            libc::MADV_DONTNEED,
+                        )
+                    };
+                    debug_assert_eq!(rc, 0, "madvise(MADV_DONTNEED) failed");
+                }
+                ar.dirty = [0; WORDS];
+                ar.fail_len = u32::MAX;
+                self.cached_pages -= u64::from(ar.cached);
+                rel.bytes += u64::from(ar.cached) * PAGE_SIZE as u64;
+                ar.cached = 0;
+                touched = true;
+            }
+        }
+        if touched {
+            // Drop list entries whose pages are no longer cached.
+            let arenas = &self.arenas;
+            for list in &mut self.cached {
+                list.retain(|&(a, p)| {
+                    arenas[a as usize]
+                        .as_ref()
+                        .is_some_and(|ar| bit(&ar.dirty, p as usize))
+                });
+            }
+        }
+        rel
+    }
+}
+
+#[cfg(test)]
+impl PageAlloc {
+    /// Check the bitmaps, lists and counters against each other.
+    pub(crate) fn assert_consistent(&self) {
+        let g = self.inner.lock();
+        let mut listed = vec![Vec::new(); g.arenas.len()];
+        for (n, list) in g.cached.iter().enumerate() {
+            for &(a, p) in list {
+                listed[a as usize].push((p as usize, n));
+            }
+        }
+        let (mut live, mut cached, mut arenas) = (0, 0, 0);
+        for (a, ar) in g.arenas.iter().enumerate() {
+            let Some(ar) = ar else {
+                assert!(listed[a].is_empty());
+                continue;
+            };
+            arenas += 1;
+            let mut marks = [false; ARENA_PAGES];
+            for &(p, n) in &listed[a] {
+                for (q, m) in marks.iter_mut().enumerate().skip(p).take(n) {
+                    assert!(!*m, "cached runs overlap");
+                    *m = true;
+                    assert!(bit(&ar.free, q) && bit(&ar.dirty, q));
+                }
+            }
+            let dirty = (0..ARENA_PAGES).filter(|&q| bit(&ar.dirty, q)).count();
+            assert_eq!(dirty, marks.iter().filter(|&&m| m).count());
+            assert!((0..ARENA_PAGES).all(|q| !bit(&ar.dirty, q) || bit(&ar.free, q)));
+            let used = (0..ARENA_PAGES).filter(|&q| !bit(&ar.free, q)).count();
+            assert_eq!((used, dirty), (ar.used as usize, ar.cached as usize));
+            live += used as u64;
+            cached += dirty as u64;
+        }
+        assert_eq!((live, cached), (g.live_pages, g.cached_pages));
+        // The cache bound holds between operations.
+        assert!(
+            cached * CACHE_DIVISOR <= live,
+            "{cached} cached, {live} live"
+        );
+        let p = PAGE_SIZE as u64;
+        assert_eq!(self.held_bytes(), (live + cached) * p);
+        assert_eq!(self.cached_bytes(), cached * p);
+        assert_eq!(self.arenas(), arenas);
+    }
+
+    /// Every clean page of every arena, by address.
+    pub(crate) fn clean_pages(&self) -> Vec<*const u8> {
+        let g = self.inner.lock();
+        let mut out = Vec::new();
+        for ar in g.arenas.iter().flatten() {
+            let bits = ar.clean_bits();
+            for q in 0..ARENA_PAGES {
+                if bit(&bits, q) {
+                    // SAFETY: q < ARENA_PAGES: inside the arena.
+                    out.push(unsafe { ar.base().add(q * PAGE_SIZE) }.cast_const());
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    fn fill(r: &PageRun, tag: u64) {
+        // SAFETY: the run is ours and `pages` pages long.
+        let b = unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), r.pages as usize * PAGE_SIZE) };
+        for (i, w) in b.chunks_exact_mut(8).enumerate() {
+            w.copy_from_slice(&(tag ^ i as u64).to_le_bytes());
+        }
+    }
+
+    fn check(r: &PageRun, tag: u64) {
+        // SAFETY: as in `fill`.
+        let b = unsafe { std::slice::from_raw_parts(r.as_ptr(), r.pages as usize * PAGE_SIZE) };
+        for (i, w) in b.chunks_exact(8).enumerate() {
+            assert_eq!(
+                w,
+                (tag ^ i as u64).to_le_bytes(),
+                "run {tag:#x} overwritten"
+            );
+        }
+    }
+
+    #[test]
+    fn a_returned_run_is_reused() {
+        let pa = PageAlloc::new();
+        let keep: Vec<_> = (0..64).map(|_| pa.alloc(1).unwrap()).collect();
+        let held = pa.held_bytes();
+        let x = pa.alloc(1).unwrap();
+        let addr = x.as_ptr();
+        pa.free(x);
+        pa.assert_consistent();
+        assert!(pa.cached_bytes() > 0);
+        let y = pa.alloc(1).unwrap();
+        assert_eq!(y.as_ptr(), addr, "the cached run is popped");
+        // A cached run is counted while cached; reusing it adds nothing.
+        assert!(pa.held_bytes() <= held + PAGE_SIZE as u64);
+        // A longer cached run is split: the head serves, the tail stays.
+        let z = pa.alloc(8).unwrap();
+        let base = z.as_ptr();
+        pa.free(z);
+        let h = pa.alloc(3).unwrap();
+        let t = pa.alloc(5).unwrap();
+        assert_eq!(h.as_ptr(), base);
+        // SAFETY: address arithmetic inside the freed run, not dereferenced.
+        assert_eq!(t.as_ptr(), unsafe { base.add(3 * PAGE_SIZE) });
+        assert_eq!(pa.arenas(), 1);
+        pa.assert_consistent();
+        for r in keep.into_iter().chain([y, h, t]) {
+            pa.free(r);
+        }
+        assert_eq!((pa.held_bytes(), pa.cached_bytes(), pa.arenas()), (0, 0, 0));
+        pa.assert_consistent();
+    }
+
+    #[test]
+    fn empty_arenas_are_unmapped_and_cached_pages_given_back() {
+        let pa = PageAlloc::new();
+        let runs: Vec<_> = (0..3 * ARENA_PAGES).map(|_| pa.alloc(1).unwrap()).collect();
+        let arenas = pa.arenas();
+        assert!((3..=4).contains(&arenas), "{arenas} arenas");
+        for r in &runs {
+            fill(r, 0xAAAA_AAAA_AAAA_AAAA);
+        }
+        // Keep one page in 16: every arena stays, most pages go back.
+        let mut kept = Vec::new();
+        for (i, r) in runs.into_iter().enumerate() {
+            if i % 16 == 0 {
+                kept.push(r);
+            } else {
+                pa.free(r);
+                pa.assert_consistent();
+            }
+        }
+        assert_eq!(pa.arenas(), arenas);
+        assert!(pa.cached_bytes() * 16 <= pa.held_bytes());
+        // Given-back pages read as zero: MADV_DONTNEED really dropped them.
+        let clean = pa.clean_pages();
+        assert!(clean.len() > 2 * ARENA_PAGES);
+        for p in clean {
+            // SAFETY: a clean page of a live arena mapping.
+            assert_eq!(unsafe { p.read_volatile() }, 0);
+        }
+        // Clean pages are reused before any new arena is mapped.
+        let again: Vec<_> = (0..ARENA_PAGES).map(|_| pa.alloc(1).unwrap()).collect();
+        assert_eq!(pa.arenas(), arenas);
+        pa.assert_consistent();
+        // The last live page gone, everything goes back.
+        for r in kept.into_iter().chain(again) {
+            pa.free(r);
+        }
+        assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
+        pa.assert_consistent();
+    }
+
+    #[test]
+    fn trim_to_zero_releases_every_cached_run() {
+        let pa = PageAlloc::new();
+        let runs: Vec<_> = (0..400).map(|i| pa.alloc(1 + i % 16).unwrap()).collect();
+        let live: u64 = runs.iter().map(|r| u64::from(r.pages)).sum();
+        for r in runs.into_iter().skip(300) {
+            pa.free(r);
+        }
+        let freed = pa.held_bytes() - pa.cached_bytes();
+        let cached = pa.cached_bytes();
+        assert_eq!(pa.trim(0), cached);
+        assert_eq!((pa.cached_bytes(), pa.held_bytes()), (0, freed));
+        assert!(freed < live * PAGE_SIZE as u64);
+        pa.assert_consistent();
+    }
+
+    #[test]
+    fn random_runs_never_overlap_and_the_books_balance() {
+        let pa = PageAlloc::new();
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut live: Vec<(PageRun, u64)> = Vec::new();
+        for op in 0..20_000u64 {
+            // Drift the live size up and down so trims and regrowth happen.
+            let grow = (op / 4000) % 2 == 0;
+            if live.is_empty() || rng.gen_ratio(if grow { 3 } else { 1 }, 4) {
+                let r = pa.alloc(rng.gen_range(1..=MAX_RUN_PAGES)).unwrap();
+                fill(&r, op);
+                live.push((r, op));
+            } else {
+                let (r, tag) = live.swap_remove(rng.gen_range(0..live.len()));
+                check(&r, tag);
+                pa.free(r);
+            }
+            if op % 500 == 0 {
+                pa.assert_consistent();
+            }
+        }
+        for (r, tag) in &live {
+            check(r, *tag);
+        }
+        pa.assert_consistent();
+        for (r, _) in live {
+            pa.free(r);
+        }
+        assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
+    }
+
+    #[test]
+    fn concurrent_alloc_free_keeps_runs_private() {
+        let pa = PageAlloc::new();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let pa = &pa;
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(t);
+                    let mut live: Vec<(PageRun, u64)> = Vec::new();
+                    for op in 0..20_000u64 {
+                        let tag = t << 56 | op;
+                        if live.len() < 64 || rng.gen_ratio(1, 2) && live.len() < 600 {
+                            let r = pa.alloc(rng.gen_range(1..=MAX_RUN_PAGES)).unwrap();
+                            fill(&r, tag);
+                            live.push((r, tag));
+                        } else {
+                            let (r, tag) = live.swap_remove(rng.gen_range(0..live.len()));
+                            check(&r, tag);
+                            pa.free(r);
+                        }
+                    }
+                    for (r, tag) in live {
+                        check(&r, tag);
+                        pa.free(r);
+                    }
+                });
+            }
+        });
+        pa.assert_consistent();
+        assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
+    }
+}
