@@ -483,11 +483,15 @@ impl Inner {
             set_range(&mut ar.dirty, p + n, extra, true);
             ar.cached += extra as u32;
             self.cached_pages += extra as u64;
-            let mut q = p + n;
-            while q < end {
-                let len = n.min(end - q);
-                self.cached[len].push((a, q as u32));
-                q += len;
+            // Pushed from the far end, so the pops that follow hand the pages
+            // out in ascending order, as a fill without growth would.
+            let mut q = p + n + extra / n * n;
+            if q < end {
+                self.cached[end - q].push((a, q as u32));
+            }
+            while q > p + n {
+                q -= n;
+                self.cached[n].push((a, q as u32));
             }
         }
         Some(self.run(a, p, n))
