@@ -117,6 +117,20 @@ pub struct Args {
     /// re-eviction of an unwritten chunk then compresses it again).
     #[arg(long)]
     pub no_keep_copy: bool,
+    /// uzswap: directory of the swap device written back to (default:
+    /// $TMPDIR, else /tmp). The file is unlinked and uses O_DIRECT.
+    #[arg(long)]
+    pub swap_dir: Option<std::path::PathBuf>,
+    /// uzswap: swap device size (default: twice the budget).
+    #[arg(long, value_parser = parse_size)]
+    pub swap_size: Option<u64>,
+    /// uzswap: the pool's share of the budget in percent when writing back
+    /// (default: the library's).
+    #[arg(long)]
+    pub pool_share: Option<u32>,
+    /// uzswap: no swap device; every compressed page stays in the pool.
+    #[arg(long)]
+    pub no_writeback: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -309,6 +323,15 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             ..Config::default()
         };
         cfg.zswap.compressor = args.compressor.clone();
+        if args.no_writeback {
+            cfg.writeback = None;
+        } else if let Some(wb) = cfg.writeback.as_mut() {
+            wb.dir = args.swap_dir.clone();
+            wb.size_bytes = args.swap_size.unwrap_or(0);
+        }
+        if let Some(p) = args.pool_share {
+            cfg.pool_share_percent = p;
+        }
         Some(Uzswap::new(cfg)?)
     } else {
         None

@@ -38,8 +38,16 @@ struct Victim {
 /// data does not compress, so storing it only moves bytes from resident to
 /// pool): stop trying for a while instead of burning CPU on it.
 const FUTILE_DIVISOR: i64 = 8;
-/// Headroom the backstop keeps for one store in flight (see `backstop`).
-const STORE_MARGIN: u64 = 64 << 10;
+/// Pool growth beyond the compressed chunk itself that one store may
+/// cause: a new span, or a new run of pages for the pool's arena.
+const POOL_GROWTH: u64 = 256 << 10;
+
+/// Headroom under the budget for the store in flight: its compressed copy
+/// (at worst the whole chunk, stored as is) lands in the pool, which grows
+/// by whole spans, a moment before the chunk's resident charge goes.
+pub(super) fn store_margin(chunk: usize) -> u64 {
+    chunk as u64 + POOL_GROWTH
+}
 const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
 
 fn futile(sh: &Shared) -> bool {
@@ -64,18 +72,11 @@ pub(super) fn maybe_kick(sh: &Shared) {
 }
 
 /// Called by the fault handler before installing a chunk: if that would
-/// overshoot the budget by more than one batch, evict inline (after any
-/// batch in flight, which holds `evict_lock`).
+/// leave less than the store margin under the budget, evict inline (after
+/// any batch in flight, which holds `evict_lock`), so resident + pool never
+/// exceeds the budget.
 pub(super) fn backstop(sh: &Shared) {
-    // Keep a margin for the store in flight: its compressed copy lands in
-    // the pool (which grows by whole spans) a moment before its chunk's
-    // resident charge goes.
-    let margin = (sh.chunk as u64).max(STORE_MARGIN);
-    let limit = sh
-        .cfg
-        .budget
-        .saturating_add(sh.batch_bytes)
-        .saturating_sub(margin);
+    let limit = sh.cfg.budget.saturating_sub(store_margin(sh.chunk));
     // Every handler thread may be about to install a chunk at once.
     let incoming = (sh.chunk * sh.cfg.handler_threads) as u64;
     if sh.usage() + incoming <= limit || futile(sh) {
@@ -85,8 +86,8 @@ pub(super) fn backstop(sh: &Shared) {
     while sh.usage() + incoming > limit {
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
         match evict_batch(sh, &mut clock) {
-            // Nothing resident to take: the pool alone is over the budget
-            // (no writeback yet); this fault's chunk is the next victim.
+            // Nothing resident to take: the pool alone fills the budget
+            // (no writeback); this fault's chunk is the next victim.
             None => break,
             Some(freed) if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
                 set_futile(sh);
@@ -304,7 +305,11 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
     let mut stored = vec![false; run.len()];
     for (k, v) in run.iter().enumerate() {
         let first = sh.entry(r, v.ci);
-        if v.clean && sh.zswap.contains(first) {
+        // A clean chunk whose pool copy went to the device meanwhile is
+        // stored afresh: it was resident, so likely warm, and its next fault
+        // should be served from memory, not the device (the store replaces
+        // the device copy and frees its slots).
+        if v.clean && sh.zswap.in_memory(first, sh.order) {
             stored[k] = true;
             sh.resident.fetch_sub(chunk as u64, Relaxed);
             sh.ctr.evicted_clean.fetch_add(1, Relaxed);

@@ -40,8 +40,15 @@
 //! is charged by its delta (compressed size minus chunk size), never twice.
 //! Above the high watermark the fault handler kicks the evictor thread, which
 //! evicts batches until usage is under the low watermark. The handler evicts
-//! inline only when installing would overshoot the budget by more than one
-//! batch, so usage never exceeds `budget + batch`.
+//! inline when installing would leave less than the store margin (one chunk
+//! stored as is plus one step of pool growth) under the budget, so the store
+//! in flight never takes usage over the budget.
+//!
+//! With writeback (`Config::writeback`, on by default) the pool is limited
+//! to `pool_share_percent` of the budget: a store that would pass the limit
+//! writes the coldest pool entries back to the swap device first, and the
+//! shrinker thread writes back ahead of the limit. Without it the pool of a
+//! large working set fills the budget and resident memory starves.
 //!
 //! # Lock order
 //! `evict_lock` (one eviction batch at a time) → `RegionInner::live` (read:
@@ -64,6 +71,7 @@ mod uffd_sys;
 pub use latency::LatencySummary;
 pub use uffd_sys::OpenPath;
 
+use crate::swap::{SwapDeviceConfig, SwapError};
 use crate::zswap::{SwapEntry, Zswap, ZswapConfig, ZswapError, ZswapStats};
 use crate::{MAX_ORDER, PAGE_SIZE};
 use latency::Histogram;
@@ -113,6 +121,44 @@ pub struct Config {
     /// the aligned window of this many bytes around it (while under the
     /// high watermark) with one copy. 0: just the chunk.
     pub zero_fill_around: usize,
+    /// Where the coldest compressed pages go when the pool outgrows its
+    /// share of the budget. `None`: no writeback, the pool stays in memory
+    /// (and may take the whole budget). Ignored when `zswap.swap_device` is
+    /// set (that device is used) or there is no budget.
+    pub writeback: Option<Writeback>,
+    /// The pool's share of the budget, in percent (1..=100), when writing
+    /// back: the pool is limited to it (stores make room by writing back),
+    /// so the rest of the budget holds resident chunks.
+    pub pool_share_percent: u32,
+}
+
+/// The swap device the instance writes back to.
+#[derive(Clone, Debug)]
+pub struct Writeback {
+    /// Directory of the unlinked backing file (`None`: `$TMPDIR`, else /tmp).
+    pub dir: Option<std::path::PathBuf>,
+    /// Device size (0: twice the budget, at least 64 MiB). Pages that do
+    /// not fit stay in the pool; stores then fail at the pool limit and the
+    /// chunk stays resident.
+    pub size_bytes: u64,
+    /// `O_DIRECT`, as the kernel's swap I/O bypasses the page cache: reads
+    /// through the page cache would be both faster than the kernel's and
+    /// memory outside the budget. Where the filesystem refuses it the
+    /// device is opened buffered and a line on stderr says so.
+    pub direct_io: bool,
+    /// Device readahead window 2^page_cluster slots (`vm.page-cluster`).
+    pub page_cluster: u32,
+}
+
+impl Default for Writeback {
+    fn default() -> Self {
+        Writeback {
+            dir: None,
+            size_bytes: 0,
+            direct_io: true,
+            page_cluster: 3,
+        }
+    }
 }
 
 impl Default for Config {
@@ -122,6 +168,9 @@ impl Default for Config {
             folio_order: 4,
             zswap: ZswapConfig {
                 store_incompressible: true,
+                // The budget is this instance's memory pressure; machine-wide
+                // PSI would make its writeback depend on other programs.
+                psi_trigger: None,
                 ..ZswapConfig::default()
             },
             // Measured with usemem (mixed, 2x budget, 2 vCPUs): spinning
@@ -132,6 +181,8 @@ impl Default for Config {
             evict_batch_bytes: 0,
             keep_copy: true,
             zero_fill_around: 2 << 20,
+            writeback: Some(Writeback::default()),
+            pool_share_percent: 40,
         }
     }
 }
@@ -170,6 +221,8 @@ pub struct UzswapStats {
     pub high_wmark_bytes: u64,
     pub low_wmark_bytes: u64,
     pub resident_bytes: u64,
+    /// Slots of the swap device written back to (0: no writeback).
+    pub swap_capacity_pages: u64,
     /// Largest resident + pool seen at any charge point.
     pub peak_bytes: u64,
     pub uffd_open: OpenPath,
@@ -255,7 +308,7 @@ struct Shared {
     batch_bytes: u64,
     high: u64,
     low: u64,
-    zswap: Zswap,
+    zswap: Arc<Zswap>,
     uffd: Uffd,
     open_path: OpenPath,
     /// Region start address → region.
@@ -352,9 +405,18 @@ impl Uzswap {
         if cfg.handler_threads == 0 || cfg.handler_threads > 64 {
             return Err(RegionError::Config("handler_threads must be 1..=64".into()));
         }
+        if !(1..=100).contains(&cfg.pool_share_percent) {
+            return Err(RegionError::Config(format!(
+                "pool_share_percent {} out of range 1..=100",
+                cfg.pool_share_percent
+            )));
+        }
         let chunk = PAGE_SIZE << cfg.folio_order;
         let (uffd, open_path) = uffd_sys::open()?;
-        let zswap = Zswap::new(cfg.zswap.clone())?;
+        let zswap = Arc::new(open_zswap(&cfg)?);
+        if zswap.swap_device().is_some() {
+            zswap.start_shrinker()?;
+        }
         let batch_bytes = if cfg.evict_batch_bytes > 0 {
             cfg.evict_batch_bytes
         } else if cfg.budget == u64::MAX {
@@ -366,7 +428,11 @@ impl Uzswap {
         let (high, low) = if cfg.budget == u64::MAX {
             (u64::MAX, u64::MAX)
         } else {
-            let high = cfg.budget.saturating_sub(batch_bytes.max(cfg.budget / 32));
+            // Below the backstop's limit by a batch or 1/32 of the budget,
+            // so the evictor normally keeps up and faults never evict.
+            let high = cfg
+                .budget
+                .saturating_sub(batch_bytes.max(cfg.budget / 32) + evict::store_margin(chunk));
             (high, high.saturating_sub(2 * batch_bytes))
         };
         // SAFETY: eventfd takes only an initial value and flags.
@@ -555,6 +621,52 @@ impl Uzswap {
     }
 }
 
+/// The cache below, with the swap device of `cfg.writeback` when there is
+/// a budget to hold: the pool is then limited to its share of the budget,
+/// and the shrinker thread writes back ahead of that limit.
+fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
+    let mut z = cfg.zswap.clone();
+    if cfg.budget == u64::MAX {
+        return Ok(Zswap::new(z)?);
+    }
+    if z.swap_device.is_none() {
+        if let Some(wb) = &cfg.writeback {
+            z.swap_device = Some(SwapDeviceConfig {
+                dir: wb.dir.clone().unwrap_or_else(std::env::temp_dir),
+                size_bytes: if wb.size_bytes > 0 {
+                    wb.size_bytes
+                } else {
+                    cfg.budget.saturating_mul(2).max(64 << 20)
+                },
+                page_cluster: wb.page_cluster,
+                direct_io: wb.direct_io,
+                discard: true,
+            });
+        }
+    }
+    if z.swap_device.is_some() && z.writeback_enabled {
+        let share = cfg.budget / 100 * cfg.pool_share_percent as u64;
+        z.max_pool_bytes = z.max_pool_bytes.min(share);
+        // The shrinker thread starts a little below the limit, so stores
+        // rarely have to write back themselves.
+        z.pool_share_bytes = z.pool_share_bytes.min(share / 8 * 7);
+    }
+    match Zswap::new(z.clone()) {
+        Err(ZswapError::Swap(SwapError::DirectIoUnsupported { dir, source })) => {
+            eprintln!(
+                "uzswap: {} does not support O_DIRECT ({source}); the swap device \
+                 goes through the page cache",
+                dir.display()
+            );
+            if let Some(d) = z.swap_device.as_mut() {
+                d.direct_io = false;
+            }
+            Ok(Zswap::new(z)?)
+        }
+        r => Ok(r?),
+    }
+}
+
 fn stats_of(sh: &Shared) -> UzswapStats {
     let g = |c: &AtomicU64| c.load(Relaxed);
     let c = &sh.ctr;
@@ -565,6 +677,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         high_wmark_bytes: sh.high,
         low_wmark_bytes: sh.low,
         resident_bytes: g(&sh.resident),
+        swap_capacity_pages: sh.zswap.swap_device().map_or(0, |d| d.capacity()),
         peak_bytes: g(&sh.peak),
         uffd_open: sh.open_path,
         handler: sh.cfg.handler,

@@ -67,6 +67,20 @@ impl Zswap {
     pub fn contains(&self, entry: SwapEntry) -> bool {
         self.tree.lock(entry, 1).get(entry).is_some()
     }
+
+    /// Whether every page of the folio of `2^order` pages at `first` is
+    /// stored in memory (pool or same-filled), none of it written back: a
+    /// caller holding a clean copy of the folio can drop its own copy and
+    /// fault it back without device I/O.
+    pub fn in_memory(&self, first: SwapEntry, order: u32) -> bool {
+        let n = 1u64 << order.min(crate::MAX_ORDER);
+        let shard = self.tree.lock(first, n);
+        (0..n).all(|i| {
+            shard
+                .get(first.offset(i))
+                .is_some_and(|e| e.slot().is_none())
+        })
+    }
 }
 
 impl Drop for Zswap {

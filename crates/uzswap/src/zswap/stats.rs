@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub written_back_pages: AtomicU64,
     pub pswpout: AtomicU64,
     pub pswpin: AtomicU64,
+    pub swap_reads: AtomicU64,
     pub device_pages: AtomicU64,
     pub shrink_scanned: AtomicU64,
     pub shrink_rotated: AtomicU64,
@@ -88,6 +89,9 @@ pub struct ZswapStats {
     /// Pages this instance wrote to / read from the swap device.
     pub pswpout: u64,
     pub pswpin: u64,
+    /// Device reads: one per run of contiguous slots a load needed, so
+    /// `pswpin / swap_reads` is the pages per read.
+    pub swap_reads: u64,
     /// Entries whose page is on the swap device now (not in `stored_pages`).
     pub device_pages: u64,
     /// Entries on the LRU (pool entries).
@@ -147,6 +151,7 @@ impl Counters {
             written_back_pages: g(&self.written_back_pages),
             pswpout: g(&self.pswpout),
             pswpin: g(&self.pswpin),
+            swap_reads: g(&self.swap_reads),
             device_pages: g(&self.device_pages),
             shrink_scanned: g(&self.shrink_scanned),
             shrink_rotated: g(&self.shrink_rotated),

@@ -45,6 +45,9 @@ use crate::{MAX_ORDER, PAGE_SIZE};
 
 /// Nodes taken from one ring per step (kernel reclaim's SWAP_CLUSTER_MAX).
 const WB_BATCH: usize = 32;
+/// Keys at most this far apart (within one max-order block) share a run of
+/// contiguous slots; the holes are same-filled or absent pages.
+const RUN_GAP: u64 = 8;
 
 /// Why a walk ended before its scan budget or goal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -193,25 +196,35 @@ impl Zswap {
             self.requeue(idx, &keep);
         }
         // Oldest first in the ring means store order; sort by key so the
-        // pages of a folio (stored together) form one run.
+        // pages of a folio (stored together) form one run. Same-filled pages
+        // never reach the LRU, so a folio's pages may have small gaps in
+        // their keys: they still get contiguous slots, so loading the folio
+        // back is one device read.
         batch.sort_unstable_by_key(|c| c.key);
         let mut written = 0;
         let mut i = 0;
         while i < batch.len() {
             let mut j = i + 1;
             while j < batch.len()
-                && batch[j].key.0 == batch[j - 1].key.0 + 1
+                && batch[j].key.0 - batch[j - 1].key.0 <= RUN_GAP
+                && batch[j].key.0 >> MAX_ORDER == batch[i].key.0 >> MAX_ORDER
                 && j - i < 1 << MAX_ORDER
             {
                 j += 1;
             }
             while i < j {
-                let order = (usize::BITS - 1 - (j - i).leading_zeros()).min(MAX_ORDER);
+                // Round the run up to an order and give the tail slots
+                // back, so a run of, say, 12 pages is one contiguous range.
+                let order = (j - i).next_power_of_two().trailing_zeros().min(MAX_ORDER);
                 let Some((slot, got)) = dev.alloc_fallback(order) else {
                     self.give_up(idx, &batch[i..]);
                     return (written, Some(ShrinkStop::DeviceFull));
                 };
-                let n = 1usize << got;
+                let n = (1usize << got).min(j - i);
+                if n < 1 << got {
+                    let r = dev.free(SwapSlot(slot.0 + n as u64), (1u64 << got) - n as u64);
+                    debug_assert!(r.is_ok(), "{r:?}");
+                }
                 let pages: Vec<&[u8]> = batch[i..i + n].iter().map(|c| &c.data[..]).collect();
                 if dev.write(slot, &pages).is_err() {
                     let r = dev.free(slot, n as u64);
@@ -332,7 +345,12 @@ impl Zswap {
             .device
             .as_deref()
             .expect("device entry without a device");
-        dev.readahead(slots[0].1);
+        // Through the page cache, hint the readahead window so neighbours a
+        // fault wants next are read meanwhile. With O_DIRECT the hint would
+        // only fill the page cache with copies nobody reads.
+        if !self.cfg.swap_device.as_ref().is_some_and(|d| d.direct_io) {
+            dev.readahead(slots[0].1);
+        }
         out.buf = vec![0u8; slots.len() * PAGE_SIZE];
         let mut a = 0;
         while a < slots.len() {
@@ -343,6 +361,7 @@ impl Zswap {
             let buf = &mut out.buf[a * PAGE_SIZE..b * PAGE_SIZE];
             dev.read(slots[a].1, (b - a) as u64, buf)
                 .map_err(|e| LoadError::Device(first.offset(slots[a].0 as u64), e.to_string()))?;
+            Counters::add(&self.counters.swap_reads, 1);
             for (j, &(i, _)) in slots[a..b].iter().enumerate() {
                 out.index[i] = Some(a + j);
             }
