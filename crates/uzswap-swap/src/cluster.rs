@@ -26,7 +26,12 @@
 //! ```
 //!
 //! The fast path (allocate from this thread's current cluster, or free into
-//! any cluster that does not change list) takes only `ci->lock`. When a
+//! any cluster that does not change list) takes only `ci->lock`. The
+//! allocation fast path ([`ClusterAllocator::alloc`]'s `alloc_fast`) only
+//! serves a cluster already on nonfull/frag of the order that stays there
+//! after the allocation; in every other case it declines without changing
+//! anything and the slow path retakes the cluster lock and does the list
+//! moves. When a
 //! cluster must change list, its owner takes `si->lock` *inside* `ci->lock`
 //! for the O(1) relink and drops it at once. Taking a cluster off a list
 //! goes the other way, so it uses `try_lock` and skips clusters someone else
@@ -63,7 +68,8 @@
 //! Each thread keeps, per order, the slot where its next scan should start
 //! (`percpu_cluster->next[order]`). Userspace has no per-CPU data, so the
 //! hints live in [`HINT_SLOTS`] cache-line-padded slots indexed by a small
-//! per-thread number handed out in thread-creation order. Compared with a
+//! per-thread number handed out on each thread's first allocation and kept
+//! in a const-initialized thread-local (one TLS load). Compared with a
 //! thread-local keyed by allocator id, this costs no map lookup per
 //! allocation, nothing leaks when one of many allocators is dropped, and the
 //! same slot carries that thread's sharded statistics counters. A hint is
@@ -94,7 +100,10 @@ pub enum ClusterFlag {
 }
 
 /// Per-cluster state, guarded by the cluster's own lock (`ci->lock`).
+/// `repr(C)` keeps what the fast path touches (bitmap, count, flags, order,
+/// the order-0 counter) on the lock's cache line.
 #[derive(Debug)]
+#[repr(C)]
 struct ClusterInfo {
     map: [u64; WORDS],
     count: u16,
@@ -122,9 +131,10 @@ struct Padded<T>(T);
 /// A cluster: its lock, and a copy of its count that `used()` can sum
 /// without taking every lock (stored, never read-modify-written, under the
 /// lock, so it costs a plain store on the cache line the lock already owns).
+#[repr(C)]
 struct Cluster {
-    ci: Mutex<ClusterInfo>,
     count: StdAtomicU64,
+    ci: Mutex<ClusterInfo>,
 }
 
 // List ids in `Lists`.
@@ -217,11 +227,28 @@ impl HintSlot {
     }
 }
 
+/// This thread's hint slot. The index is assigned on the thread's first
+/// allocation; the thread-local has a const initializer and no destructor,
+/// so reading it is a single TLS load with no lazy-init check.
+#[inline]
 fn this_thread_slot() -> usize {
+    use std::cell::Cell;
+    thread_local!(static SLOT: Cell<usize> = const { Cell::new(usize::MAX) });
+    let s = SLOT.with(Cell::get);
+    if s < HINT_SLOTS {
+        s
+    } else {
+        assign_thread_slot(&SLOT)
+    }
+}
+
+#[cold]
+fn assign_thread_slot(key: &'static std::thread::LocalKey<std::cell::Cell<usize>>) -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
-    thread_local!(static ID: usize = NEXT_ID.fetch_add(1, StdOrdering::Relaxed));
-    ID.with(|id| *id) % HINT_SLOTS
+    let s = NEXT_ID.fetch_add(1, StdOrdering::Relaxed) % HINT_SLOTS;
+    key.with(|c| c.set(s));
+    s
 }
 
 /// Called with each emptied cluster's slot range before it returns to the
@@ -241,7 +268,7 @@ pub struct ClusterAllocator {
     clusters: Box<[Padded<Cluster>]>,
     /// The device lock.
     lists: Mutex<Lists>,
-    hints: Box<[Padded<HintSlot>]>,
+    hints: Box<[Padded<HintSlot>; HINT_SLOTS]>,
     nslots: u64,
     discard: Option<DiscardHook>,
     discards: StdAtomicU64,
@@ -301,7 +328,14 @@ impl ClusterAllocator {
         Self {
             clusters,
             lists: Mutex::new(lists),
-            hints: (0..HINT_SLOTS).map(|_| Padded(HintSlot::new())).collect(),
+            // Built on the heap: the array is too large for a small stack
+            // (loom's model threads), and a fixed length lets the per-thread
+            // index (always < HINT_SLOTS) skip the bounds check.
+            hints: (0..HINT_SLOTS)
+                .map(|_| Padded(HintSlot::new()))
+                .collect::<Box<[_]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("HINT_SLOTS hint slots")),
             nslots: (nclusters * SWAPFILE_CLUSTER) as u64,
             discard,
             discards: StdAtomicU64::new(0),
@@ -315,21 +349,76 @@ impl ClusterAllocator {
     /// `alloc_swap_entry`: `2^order` naturally aligned slots, or `None`.
     /// Order 0 may take a slot from another order's clusters; larger orders
     /// fail instead so the caller can fall back to a smaller order.
+    #[inline]
     pub fn alloc(&self, order: u32) -> Option<SwapSlot> {
         if order > MAX_ORDER {
             return None;
         }
         let hs = &self.hints[this_thread_slot()].0;
-        let got = self.alloc_inner(order, hs);
+        // Order 0 gets its own copy of the fast path, with the run length a
+        // constant (a single bit to find and set).
+        let fast = if order == 0 {
+            self.alloc_fast(0, hs)
+        } else {
+            self.alloc_fast(order, hs)
+        };
+        if let Some(s) = fast {
+            return Some(SwapSlot(s));
+        }
+        let got = self.alloc_slow(order, hs);
         if got.is_none() {
             hs.fail[order as usize].fetch_add(1, StdOrdering::Relaxed);
         }
         got.map(SwapSlot)
     }
 
-    fn alloc_inner(&self, order: u32, hs: &HintSlot) -> Option<u64> {
+    /// The fast path: this thread's current cluster, still on nonfull/frag
+    /// for `order`, has a free run at or after the hint and stays off the
+    /// full list after taking it. Only `ci->lock` is taken, and nothing is
+    /// relocated. Anything else (no hint, a cluster that changed state, a
+    /// failed scan, the allocation that fills the cluster) returns `None`
+    /// *before touching the cluster*, and the slow path redoes it with the
+    /// list moves it needs.
+    #[inline(always)]
+    fn alloc_fast(&self, order: u32, hs: &HintSlot) -> Option<u64> {
         let o = order as usize;
-        // Fast path: this thread's current cluster, cluster lock only.
+        let hint = hs.next[o].load(Ordering::Relaxed);
+        let slot = hint.checked_sub(1)?;
+        let c = (slot / SWAPFILE_CLUSTER as u64) as usize;
+        let cl = &self.clusters.get(c)?.0;
+        let n = 1usize << order;
+        let mut ci = cl.ci.lock();
+        // Nonfull/frag of this order implies 0 < count < 512: no relocation
+        // unless this allocation fills the cluster.
+        if !matches!(ci.flags, ClusterFlag::Nonfull | ClusterFlag::Frag)
+            || u32::from(ci.order) != order
+            || ci.count as usize + n >= SWAPFILE_CLUSTER
+        {
+            return None;
+        }
+        let from = (slot % SWAPFILE_CLUSTER as u64) as usize;
+        let off = bitmap::find_free(&ci.map, from, SWAPFILE_CLUSTER, order)?;
+        bitmap::set(&mut ci.map, off, n);
+        ci.count += n as u16;
+        ci.allocs[o] += 1;
+        cl.count.store(u64::from(ci.count), StdOrdering::Relaxed);
+        drop(ci);
+        let base = (c * SWAPFILE_CLUSTER) as u64;
+        let next = if off + 2 * n <= SWAPFILE_CLUSTER {
+            base + (off + n) as u64 + 1
+        } else {
+            0
+        };
+        hs.next[o].store(next, Ordering::Relaxed);
+        Some(base + off as u64)
+    }
+
+    /// Everything the fast path declined: the hinted cluster with the list
+    /// moves it needs, then isolation from the lists.
+    #[inline(never)]
+    fn alloc_slow(&self, order: u32, hs: &HintSlot) -> Option<u64> {
+        let o = order as usize;
+        // This thread's current cluster again, now free to relocate it.
         let hint = hs.next[o].load(Ordering::Relaxed);
         if hint != 0 {
             let slot = hint - 1;
@@ -536,49 +625,58 @@ impl ClusterAllocator {
 
     /// `swap_entries_free`: returns `start..start+npages` (inside one cluster,
     /// all allocated). Any sub-run of an allocation may be freed on its own.
+    #[inline]
     pub fn free_range(&self, start: SwapSlot, npages: u64) -> Result<(), SlotError> {
         check_range(start.0, npages, self.nslots)?;
         check_one_cluster(start.0, npages)?;
+        self.free_checked(start, npages)
+    }
+
+    /// The free itself, on a range already checked to lie inside one cluster
+    /// of the device. Only `ci->lock` is taken unless the cluster changes
+    /// list (it empties, or it was full).
+    #[inline(always)]
+    fn free_checked(&self, start: SwapSlot, npages: u64) -> Result<(), SlotError> {
         let c = start.cluster();
         let off = (start.0 % SWAPFILE_CLUSTER as u64) as usize;
         let n = npages as usize;
-        let mut discard = false;
-        {
-            let mut ci = self.clusters[c].0.ci.lock();
-            if !bitmap::all_set(&ci.map, off, n) {
-                return Err(SlotError::NotAllocated {
-                    start: start.0,
-                    npages,
-                });
-            }
-            bitmap::clear(&mut ci.map, off, n);
-            ci.count -= n as u16;
-            self.clusters[c]
-                .0
-                .count
-                .store(u64::from(ci.count), StdOrdering::Relaxed);
-            if ci.count == 0 {
-                // free_cluster
-                if self.discard.is_some() {
-                    self.move_cluster(c, &mut ci, ClusterFlag::Discard);
-                    discard = true;
-                } else {
-                    self.move_cluster(c, &mut ci, ClusterFlag::Free);
-                    ci.order = 0;
-                }
-            } else if ci.flags == ClusterFlag::Full {
-                // partial_free_cluster. A FRAG cluster stays where it is: it
-                // is typically some thread's current cluster, and putting it
-                // on nonfull would send other threads into it (the cluster
-                // lock would then bounce between them) and cost a device
-                // lock per free.
-                self.move_cluster(c, &mut ci, ClusterFlag::Nonfull);
-            }
+        let cl = &self.clusters[c].0;
+        let mut ci = cl.ci.lock();
+        if !bitmap::all_set(&ci.map, off, n) {
+            return Err(SlotError::NotAllocated {
+                start: start.0,
+                npages,
+            });
         }
-        if discard {
-            self.do_scheduled_discard();
+        bitmap::clear(&mut ci.map, off, n);
+        ci.count -= n as u16;
+        cl.count.store(u64::from(ci.count), StdOrdering::Relaxed);
+        // A FRAG or NONFULL cluster that keeps slots stays where it is. A
+        // FRAG one is typically some thread's current cluster, and putting
+        // it on nonfull would send other threads into it (the cluster lock
+        // would then bounce between them) and cost a device lock per free.
+        if ci.count == 0 || ci.flags == ClusterFlag::Full {
+            self.free_relocate(c, ci);
         }
         Ok(())
+    }
+
+    /// The list move after a free: `free_cluster` when the cluster emptied,
+    /// `partial_free_cluster` when it was full.
+    #[cold]
+    fn free_relocate(&self, c: usize, mut ci: MutexGuard<'_, ClusterInfo>) {
+        if ci.count != 0 {
+            self.move_cluster(c, &mut ci, ClusterFlag::Nonfull);
+            return;
+        }
+        if self.discard.is_some() {
+            self.move_cluster(c, &mut ci, ClusterFlag::Discard);
+            drop(ci);
+            self.do_scheduled_discard();
+        } else {
+            self.move_cluster(c, &mut ci, ClusterFlag::Free);
+            ci.order = 0;
+        }
     }
 
     /// True if every slot of the range is allocated.
@@ -727,7 +825,14 @@ impl SlotAllocator for ClusterAllocator {
                 npages: 1 << order,
             });
         }
-        self.free_range(start, 1 << order)
+        // An aligned run of at most one cluster never crosses one, so only
+        // the range check is left (order 0 gets its own constant-length copy).
+        check_range(start.0, 1 << order, self.nslots)?;
+        if order == 0 {
+            self.free_checked(start, 1)
+        } else {
+            self.free_checked(start, 1 << order)
+        }
     }
 
     fn capacity(&self) -> u64 {

@@ -4,7 +4,18 @@
 //! Throughput: each thread keeps a FIFO ring of live order-0 slots and does
 //! alloc + free pairs (one "operation" = one alloc and one free) for a fixed
 //! time; the cases alternate between the two allocators over several rounds
-//! and the median round is reported, so a noisy neighbour hits both alike.
+//! (the order flips every round) and the median round is reported, so a
+//! noisy neighbour hits both alike.
+//!
+//! A thread count only means something if the threads ran at once: on a
+//! shared machine two threads may take turns on one free core, and then a
+//! global lock is never contended. Each thread reads its own CPU time
+//! (`getrusage(RUSAGE_THREAD)`) around the timed window; the sum over the
+//! wall time is the case's *parallelism* (2.0 = two threads on two cores the
+//! whole time). It is reported per case, and a warning is printed when it
+//! falls well below the thread count; the ratio is then also given over the
+//! rounds where both allocators ran in parallel. Voluntary context switches
+//! per second show a lock that parks its waiters.
 //!
 //! Fragmentation: one thread holds the device at a fill level (default 85%)
 //! with random allocations (70% order 0, 30% order 4) and frees of random
@@ -77,8 +88,31 @@ fn make(kind: &str, nclusters: usize) -> Alloc {
     }
 }
 
+/// One thread's CPU time (user + system) and voluntary context switches.
+fn thread_usage() -> (f64, u64) {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we pass and touches nothing else.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if rc != 0 {
+        return (f64::NAN, 0);
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    (tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_nvcsw as u64)
+}
+
+/// One timed round of one allocator.
+struct Round {
+    /// alloc + free pairs per second.
+    ops_per_sec: f64,
+    /// Summed thread CPU time over wall time.
+    parallelism: f64,
+    /// Voluntary context switches per second, all threads.
+    vcsw_per_sec: f64,
+}
+
 /// alloc + free pairs per second with `threads` threads.
-fn throughput(a: &Alloc, threads: usize, ring: usize, dur: Duration) -> anyhow::Result<f64> {
+fn throughput(a: &Alloc, threads: usize, ring: usize, dur: Duration) -> anyhow::Result<Round> {
     let stop = Arc::new(AtomicBool::new(false));
     let total = Arc::new(AtomicU64::new(0));
     let barrier = Arc::new(Barrier::new(threads + 1));
@@ -86,12 +120,13 @@ fn throughput(a: &Alloc, threads: usize, ring: usize, dur: Duration) -> anyhow::
         .map(|_| {
             let (a, stop, total, barrier) =
                 (a.clone(), stop.clone(), total.clone(), barrier.clone());
-            std::thread::spawn(move || -> anyhow::Result<()> {
+            std::thread::spawn(move || -> anyhow::Result<(f64, u64)> {
                 let mut live = Vec::with_capacity(ring);
                 for _ in 0..ring {
                     live.push(a.alloc(0).context("device too small for the rings")?);
                 }
                 barrier.wait();
+                let (cpu0, csw0) = thread_usage();
                 let (mut i, mut ops) = (0, 0u64);
                 while !stop.load(Ordering::Relaxed) {
                     for _ in 0..256 {
@@ -102,11 +137,12 @@ fn throughput(a: &Alloc, threads: usize, ring: usize, dur: Duration) -> anyhow::
                     }
                     ops += 256;
                 }
+                let (cpu1, csw1) = thread_usage();
                 total.fetch_add(ops, Ordering::Relaxed);
                 for s in live {
                     a.free(s, 0)?;
                 }
-                Ok(())
+                Ok((cpu1 - cpu0, csw1.saturating_sub(csw0)))
             })
         })
         .collect();
@@ -115,14 +151,29 @@ fn throughput(a: &Alloc, threads: usize, ring: usize, dur: Duration) -> anyhow::
     std::thread::sleep(dur);
     stop.store(true, Ordering::Relaxed);
     let secs = t0.elapsed().as_secs_f64();
+    let (mut cpu, mut csw) = (0.0, 0u64);
     for h in hs {
-        h.join()
+        let (c, w) = h
+            .join()
             .map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
+        cpu += c;
+        csw += w;
     }
     if a.used() != 0 {
         bail!("{}: {} slots still used after the run", a.name(), a.used());
     }
-    Ok(total.load(Ordering::Relaxed) as f64 / secs)
+    Ok(Round {
+        ops_per_sec: total.load(Ordering::Relaxed) as f64 / secs,
+        parallelism: cpu / secs,
+        vcsw_per_sec: csw as f64 / secs,
+    })
+}
+
+/// The 1-, 5- and 15-minute load averages, if the system reports them.
+fn load_avg() -> Option<[f64; 3]> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
 }
 
 enum Obj {
@@ -322,42 +373,102 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let round_dur = Duration::from_secs_f64(args.secs / args.rounds as f64);
     let mut rows = Vec::new();
     let mut rates = std::collections::BTreeMap::new();
+    let mut speedups = Vec::new();
+    let mut warnings = Vec::new();
+    let load_before = load_avg();
+    if let Some(l) = load_before {
+        println!(
+            "load average {:.2} {:.2} {:.2} on {nproc} CPUs",
+            l[0], l[1], l[2]
+        );
+    }
     println!(
         "alloc+free pairs per second (order 0, ring {} per thread, median of {} rounds)",
         args.ring, args.rounds
     );
     println!(
-        "{:>8} {:>14} {:>14} {:>8}",
-        "threads", "cluster", "baseline", "ratio"
+        "{:>8} {:>14} {:>14} {:>8} {:>9} {:>9} {:>12}",
+        "threads", "cluster", "baseline", "ratio", "par(c)", "par(b)", "csw/s(b)"
     );
     for &t in &threads {
         // Room for every ring, well under a tenth full.
         let nclusters = (t * args.ring * 20 / 512).max(64);
-        let mut samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        for _ in 0..args.rounds {
-            for (k, kind) in kinds.iter().enumerate() {
-                let a = make(kind, nclusters);
+        let mut samples: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
+        for r in 0..args.rounds {
+            // Flip the order every round so neither allocator always runs
+            // right after the other (caches, frequency, a neighbour's burst).
+            for k in [r % 2, 1 - r % 2] {
+                let a = make(kinds[k], nclusters);
                 samples[k].push(throughput(&a, t, args.ring, round_dur)?);
             }
         }
-        let c = median(samples[0].clone());
-        let b = median(samples[1].clone());
-        println!("{t:>8} {c:>14.0} {b:>14.0} {:>7.2}x", c / b);
+        let field =
+            |k: usize, f: fn(&Round) -> f64| -> Vec<f64> { samples[k].iter().map(f).collect() };
+        let ops = [field(0, |r| r.ops_per_sec), field(1, |r| r.ops_per_sec)];
+        let par = [field(0, |r| r.parallelism), field(1, |r| r.parallelism)];
+        let csw = [field(0, |r| r.vcsw_per_sec), field(1, |r| r.vcsw_per_sec)];
+        let (c, b) = (median(ops[0].clone()), median(ops[1].clone()));
+        let (pc, pb) = (median(par[0].clone()), median(par[1].clone()));
+        println!(
+            "{t:>8} {c:>14.0} {b:>14.0} {:>7.2}x {pc:>9.2} {pb:>9.2} {:>12.0}",
+            c / b,
+            median(csw[1].clone())
+        );
+        // Threads that ran less than 3/4 of the time in parallel did not
+        // measure what this thread count is meant to measure.
+        let want = t.min(nproc) as f64;
+        let ran_parallel = |p: f64| p >= 0.75 * want;
         for (k, kind) in kinds.iter().enumerate() {
-            let r = median(samples[k].clone());
+            let p = median(par[k].clone());
+            if !ran_parallel(p) {
+                let w = format!(
+                    "{kind} at {t} threads: parallelism {p:.2} of {want:.0} \
+                     (the threads took turns on the CPUs; the machine is busy)"
+                );
+                println!("warning: {w}");
+                warnings.push(w);
+            }
+        }
+        // Ratio over the rounds where both allocators' threads ran at once.
+        let parallel: Vec<f64> = (0..args.rounds)
+            .filter(|&r| ran_parallel(par[0][r]) && ran_parallel(par[1][r]))
+            .map(|r| ops[0][r] / ops[1][r])
+            .collect();
+        let parallel_ratio = (!parallel.is_empty()).then(|| median(parallel.clone()));
+        if let Some(pr) = parallel_ratio {
+            if parallel.len() < args.rounds {
+                println!(
+                    "{:>8} ratio over the {} of {} rounds run in parallel: {pr:.2}x",
+                    "",
+                    parallel.len(),
+                    args.rounds
+                );
+            }
+        }
+        speedups.push(json!({
+            "threads": t,
+            "cluster_over_baseline": c / b,
+            "cluster_over_baseline_parallel_rounds": parallel_ratio,
+            "parallel_rounds": parallel.len(),
+        }));
+        for (k, kind) in kinds.iter().enumerate() {
+            let r = median(ops[k].clone());
             rates.insert((kind.to_string(), t), r);
-            rows.push(
-                json!({"allocator": kind, "threads": t, "ops_per_sec": r, "rounds": samples[k]}),
-            );
+            rows.push(json!({
+                "allocator": kind,
+                "threads": t,
+                "ops_per_sec": r,
+                "rounds": ops[k],
+                "parallelism": median(par[k].clone()),
+                "parallelism_rounds": par[k],
+                "vcsw_per_sec": median(csw[k].clone()),
+            }));
         }
     }
+    let load_after = load_avg();
     let ratio = |t: usize| -> Option<f64> {
         Some(rates.get(&("cluster".into(), t))? / rates.get(&("baseline".into(), t))?)
     };
-    let speedups: Vec<_> = threads
-        .iter()
-        .map(|&t| json!({"threads": t, "cluster_over_baseline": ratio(t)}))
-        .collect();
 
     let mut frag_runs = serde_json::Map::new();
     let other = match args.share_by {
@@ -385,6 +496,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "speedup": speedups,
             "nproc": nproc,
             "secs_per_case": args.secs,
+            "rounds_per_case": args.rounds,
+            "parallelism_warnings": warnings,
+            "load_avg_before": load_before,
+            "load_avg_after": load_after,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
         });
         let mut out = out;
