@@ -32,6 +32,18 @@ pub enum DecompressError {
     WrongLength { got: usize, expected: usize },
 }
 
+impl DecompressError {
+    /// A decoder's output must fill the page exactly: a short or long
+    /// output means the stream is not the page that was stored.
+    pub fn check_len(got: usize, expected: usize) -> Result<(), DecompressError> {
+        if got == expected {
+            Ok(())
+        } else {
+            Err(DecompressError::WrongLength { got, expected })
+        }
+    }
+}
+
 /// An unknown compressor name; the message lists the valid ones.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("unknown compressor '{name}' (valid: {valid})")]

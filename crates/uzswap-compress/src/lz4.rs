@@ -42,12 +42,6 @@ impl CompressCtx for Lz4Ctx {
         // error.
         let got = lz4_flex::block::decompress_into(src, dst)
             .map_err(|e| DecompressError::Corrupt(e.to_string()))?;
-        if got != dst.len() {
-            return Err(DecompressError::WrongLength {
-                got,
-                expected: dst.len(),
-            });
-        }
-        Ok(())
+        DecompressError::check_len(got, dst.len())
     }
 }

@@ -84,13 +84,7 @@ impl CompressCtx for LzoCtx {
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<(), DecompressError> {
         let got = lzo1x_decompress_safe(src, dst)
             .map_err(|e| DecompressError::Corrupt(format!("lzo: {e}")))?;
-        if got != dst.len() {
-            return Err(DecompressError::WrongLength {
-                got,
-                expected: dst.len(),
-            });
-        }
-        Ok(())
+        DecompressError::check_len(got, dst.len())
     }
 }
 

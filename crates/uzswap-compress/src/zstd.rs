@@ -83,12 +83,6 @@ impl CompressCtx for ZstdCtx {
         let got = dctx
             .decompress_to_buffer(src, dst)
             .map_err(|e| DecompressError::Corrupt(e.to_string()))?;
-        if got != dst.len() {
-            return Err(DecompressError::WrongLength {
-                got,
-                expected: dst.len(),
-            });
-        }
-        Ok(())
+        DecompressError::check_len(got, dst.len())
     }
 }
