@@ -92,16 +92,8 @@ impl SlotAllocator for GlobalLockAllocator {
     }
 
     fn free(&self, start: SwapSlot, order: u32) -> Result<(), SlotError> {
-        if order > MAX_ORDER {
-            return Err(SlotError::BadOrder(order));
-        }
-        if start.0 & ((1u64 << order) - 1) != 0 {
-            return Err(SlotError::NotAllocated {
-                start: start.0,
-                npages: 1 << order,
-            });
-        }
-        self.free_range(start, 1 << order)
+        let npages = crate::entry::check_order_run(start.0, order)?;
+        self.free_range(start, npages)
     }
 
     fn capacity(&self) -> u64 {

@@ -816,15 +816,7 @@ impl SlotAllocator for ClusterAllocator {
     }
 
     fn free(&self, start: SwapSlot, order: u32) -> Result<(), SlotError> {
-        if order > MAX_ORDER {
-            return Err(SlotError::BadOrder(order));
-        }
-        if start.0 & ((1u64 << order) - 1) != 0 {
-            return Err(SlotError::NotAllocated {
-                start: start.0,
-                npages: 1 << order,
-            });
-        }
+        crate::entry::check_order_run(start.0, order)?;
         // An aligned run of at most one cluster never crosses one, so only
         // the range check is left (order 0 gets its own constant-length copy).
         check_range(start.0, 1 << order, self.nslots)?;

@@ -68,6 +68,19 @@ pub enum SlotError {
 }
 
 /// Checks `start..start+npages` lies inside `capacity` and is non-empty.
+/// A `SlotAllocator::free(start, order)` names a naturally aligned run of
+/// `2^order` slots; anything else was never handed out by `alloc(order)`.
+pub(crate) fn check_order_run(start: u64, order: u32) -> Result<u64, SlotError> {
+    if order > crate::MAX_ORDER {
+        return Err(SlotError::BadOrder(order));
+    }
+    let npages = 1u64 << order;
+    if start & (npages - 1) != 0 {
+        return Err(SlotError::NotAllocated { start, npages });
+    }
+    Ok(npages)
+}
+
 pub(crate) fn check_range(start: u64, npages: u64, capacity: u64) -> Result<(), SlotError> {
     if npages == 0 {
         return Err(SlotError::Empty { start, npages });
