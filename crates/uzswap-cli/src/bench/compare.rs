@@ -4,6 +4,16 @@
 //! from wait4() (the whole process tree, kernel reclaim done on its behalf
 //! included), the rest from its JSON line.
 //!
+//! Memory is counted the same way on both sides: uzswap's peak is its
+//! resident pages plus its pool, all inside the budget; a kernel cell's peak
+//! is its cgroup's high-water mark plus what the cgroup was not charged for
+//! (zswap's pool under cgroup v1, zram's device; see
+//! `crate::kernel::footprint`). Under cgroup v1 the kernel's zswap so runs
+//! with more memory than the budget; the equal-memory cell
+//! (`uzswap-lz4-eqmem`, run right after a pattern's kernel-zswap-lzo cell)
+//! gives uzswap that cell's real footprint as its budget, so the two can be
+//! compared at the same memory as well as at the same nominal budget.
+//!
 //! The kernel cells need root; each restores the machine itself (see
 //! `crate::kernel`). Output: a markdown table and the target ratios on
 //! stdout, one JSON object on the last line, and with --plot a PNG.
@@ -53,6 +63,24 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub backends: Vec<String>,
+    /// Skip the equal-memory cell (uzswap-lz4 with the kernel-zswap-lzo
+    /// cell's real footprint as its budget) that otherwise follows each
+    /// pattern's kernel-zswap-lzo cell.
+    #[arg(long)]
+    pub no_eqmem: bool,
+}
+
+/// The kernel cell the equal-memory cell matches, and the equal-memory cell.
+pub const EQMEM_KERNEL: &str = "kernel-zswap-lzo";
+pub const EQMEM_LABEL: &str = "uzswap-lz4-eqmem";
+
+/// The equal-memory column: uzswap with lz4 (its budget set per pattern).
+pub fn eqmem_column() -> Column {
+    Column {
+        label: EQMEM_LABEL.into(),
+        backend: "uzswap",
+        compressor: "lz4".into(),
+    }
 }
 
 /// A matrix column: the usemem backend and its compressor.
@@ -65,6 +93,12 @@ pub struct Column {
 
 pub fn parse_column(s: &str) -> Result<Column> {
     let s = s.trim();
+    if s.ends_with("-eqmem") {
+        bail!(
+            "'{s}': the equal-memory cell follows each {EQMEM_KERNEL} cell by itself \
+             (--no-eqmem turns it off); it is not a backend to name"
+        );
+    }
     let (backend, comp) = if s == "swapfile" {
         ("swapfile", "lz4")
     } else if let Some(c) = s.strip_prefix("kernel-zswap-") {
@@ -104,6 +138,17 @@ pub struct Cell {
     pub verify_checked_pages: u64,
     pub verify_mismatches: Option<u64>,
     pub wall_s: f64,
+    /// The budget this cell ran under (uzswap's budget, the cgroup's limit).
+    pub budget_bytes: u64,
+    /// Kernel cells: the cgroup's own high-water mark (`peak_bytes` adds
+    /// what the cgroup was not charged for).
+    pub cgroup_max_usage_bytes: Option<u64>,
+    /// kernel-zswap cells: the pool at its peak, and whether the cgroup was
+    /// charged for it (cgroup v2) or it was added to `peak_bytes` (v1).
+    pub zswap_pool_peak_bytes: Option<u64>,
+    pub zswap_pool_charged: Option<bool>,
+    /// The equal-memory cell: the kernel cell whose footprint is its budget.
+    pub eqmem_of: Option<String>,
 }
 
 fn num(v: &Value, path: &[&str]) -> Option<f64> {
@@ -152,10 +197,17 @@ pub fn cell_from_json(pattern: &str, col: &Column, r: &Value, cpu_s: f64) -> Cel
         verify_checked_pages: checked,
         verify_mismatches: mismatches,
         wall_s: 0.0,
+        budget_bytes: num(r, &["budget_bytes"])
+            .or_else(|| num(r, &["kernel", "cgroup_limit_bytes"]))
+            .unwrap_or(0.0) as u64,
+        cgroup_max_usage_bytes: num(r, &["kernel", "cgroup_max_usage_bytes"]).map(|b| b as u64),
+        zswap_pool_peak_bytes: num(r, &["kernel", "zswap_pool_peak_bytes"]).map(|b| b as u64),
+        zswap_pool_charged: r["kernel"]["zswap_pool_charged"].as_bool(),
+        eqmem_of: None,
     }
 }
 
-fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column) -> Vec<String> {
+fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column, budget: u64) -> Vec<String> {
     let mut v: Vec<String> = [
         "usemem",
         "--backend",
@@ -171,7 +223,7 @@ fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column) -> Vec<String> {
     for (k, val) in [
         ("--workers", a.workers.to_string()),
         ("--size", a.size.to_string()),
-        ("--budget", a.budget.to_string()),
+        ("--budget", budget.to_string()),
         ("--folio", a.folio.to_string()),
         ("--passes", "2".into()),
         ("--access", "skew".into()),
@@ -237,7 +289,27 @@ fn run_cell(args: &[String]) -> Result<(Value, f64)> {
     ))
 }
 
-/// The issue's targets, as ratios from the same run.
+/// The equal-memory cell's budget: the kernel cell's real footprint, or why
+/// there is none.
+pub fn eqmem_budget(kernel: &Cell) -> std::result::Result<u64, String> {
+    match kernel.peak_bytes {
+        Some(p) if kernel.ok && p > 0 => Ok(p),
+        _ => Err(format!(
+            "no footprint to match: the {} cell {}",
+            kernel.backend,
+            if kernel.ok {
+                "reported no peak"
+            } else {
+                "failed"
+            }
+        )),
+    }
+}
+
+/// The issue's targets, as ratios from the same run. The throughput and CPU
+/// targets are given twice where the equal-memory cell ran: uzswap-lz4 at
+/// the nominal budget, and at the kernel cell's real footprint. The peak
+/// target is uzswap's: each uzswap cell within the budget it was given.
 pub fn targets(cells: &[Cell], budget: u64) -> Vec<Value> {
     let get = |p: &str, b: &str| {
         cells
@@ -248,35 +320,89 @@ pub fn targets(cells: &[Cell], budget: u64) -> Vec<Value> {
     pats.dedup();
     let mut t = Vec::new();
     for p in pats {
-        let k = get(p, "kernel-zswap-lzo");
-        for (u, want) in [("uzswap-lzo", 1.0), ("uzswap-lz4", 1.5)] {
+        let k = get(p, EQMEM_KERNEL);
+        for (u, want) in [("uzswap-lzo", 1.0), ("uzswap-lz4", 1.5), (EQMEM_LABEL, 1.5)] {
             if u == "uzswap-lzo" && p == "text" {
                 // The issue sets the lzo target on index and mixed only.
                 continue;
             }
-            if let (Some(u), Some(k)) = (get(p, u), k) {
-                let r = u.throughput_mbps / k.throughput_mbps.max(1e-9);
-                t.push(json!({"target": format!("{} throughput / kernel-zswap-lzo >= {want}", u.backend),
-                    "pattern": p, "value": r, "met": r >= want}));
-            }
-            if let (Some(u), Some(k)) = (get(p, u), k) {
-                if let (Some(uc), Some(kc)) = (u.cpu_s_per_gib_out, k.cpu_s_per_gib_out) {
-                    let r = uc / kc;
-                    t.push(json!({"target": format!("{} CPU s/GiB out / kernel-zswap-lzo <= 1", u.backend),
-                        "pattern": p, "value": r, "met": r <= 1.0}));
-                }
+            let (Some(u), Some(k)) = (get(p, u), k) else {
+                continue;
+            };
+            let memory = if u.backend == EQMEM_LABEL {
+                "equal memory"
+            } else {
+                "nominal budget"
+            };
+            let r = u.throughput_mbps / k.throughput_mbps.max(1e-9);
+            t.push(
+                json!({"target": format!("{} throughput / {EQMEM_KERNEL} >= {want}", u.backend),
+                "pattern": p, "value": r, "met": r >= want, "memory": memory,
+                "budget_bytes": u.budget_bytes}),
+            );
+            if let (Some(uc), Some(kc)) = (u.cpu_s_per_gib_out, k.cpu_s_per_gib_out) {
+                let r = uc / kc;
+                t.push(
+                    json!({"target": format!("{} CPU s/GiB out / {EQMEM_KERNEL} <= 1", u.backend),
+                    "pattern": p, "value": r, "met": r <= 1.0, "memory": memory,
+                    "budget_bytes": u.budget_bytes}),
+                );
             }
         }
-        for u in ["uzswap-lzo", "uzswap-lz4"] {
+        for u in ["uzswap-lzo", "uzswap-lz4", EQMEM_LABEL] {
             if let Some(c) = get(p, u) {
                 if let Some(pk) = c.peak_bytes {
-                    let r = pk as f64 / budget as f64;
-                    t.push(json!({"target": format!("{u} peak / budget <= 1"), "pattern": p, "value": r, "met": r <= 1.0}));
+                    let b = if c.budget_bytes > 0 {
+                        c.budget_bytes
+                    } else {
+                        budget
+                    };
+                    let r = pk as f64 / b as f64;
+                    t.push(
+                        json!({"target": format!("{u} peak / budget <= 1"), "pattern": p,
+                        "value": r, "met": r <= 1.0, "budget_bytes": b}),
+                    );
                 }
             }
         }
     }
     t
+}
+
+/// Each kernel cell's real footprint over the budget it was given (not a
+/// target: it shows how much memory the kernel really ran with), with a line
+/// saying what was added to the cgroup's figure.
+pub fn footprints(cells: &[Cell]) -> Vec<Value> {
+    cells
+        .iter()
+        .filter(|c| c.ok && !c.backend.starts_with("uzswap-") && c.budget_bytes > 0)
+        .filter_map(|c| {
+            let pk = c.peak_bytes?;
+            let r = pk as f64 / c.budget_bytes as f64;
+            let mib = |b: u64| b as f64 / MIB;
+            let how = match (c.zswap_pool_charged, c.zswap_pool_peak_bytes) {
+                (Some(false), Some(pool)) => format!(
+                    "cgroup max {:.0} MiB + zswap pool peak {:.0} MiB: the pool is not charged \
+                     to a cgroup v1",
+                    mib(c.cgroup_max_usage_bytes.unwrap_or(0)),
+                    mib(pool)
+                ),
+                (Some(true), _) => "cgroup max; its pool is charged to the cgroup (v2)".into(),
+                _ if c.backend.starts_with("zram-") => format!(
+                    "cgroup max {:.0} MiB + zram device memory",
+                    mib(c.cgroup_max_usage_bytes.unwrap_or(0))
+                ),
+                _ => "cgroup max".into(),
+            };
+            Some(json!({
+                "pattern": c.pattern, "backend": c.backend, "peak_bytes": pk,
+                "budget_bytes": c.budget_bytes, "value": r,
+                "zswap_pool_charged": c.zswap_pool_charged,
+                "line": format!("{} footprint / budget on {}: {r:.2} ({:.0} MiB; {how})",
+                    c.backend, c.pattern, mib(pk)),
+            }))
+        })
+        .collect()
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
@@ -286,13 +412,13 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 
 pub fn markdown(cells: &[Cell]) -> String {
     let mut s = String::from(
-        "| pattern | backend | MB/s | elapsed s | CPU s | CPU s/GiB out | GiB out | peak MiB | ratio | major faults | verify |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| pattern | backend | MB/s | elapsed s | CPU s | CPU s/GiB out | GiB out | budget MiB | peak MiB | ratio | major faults | verify |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for c in cells {
         if let Some(e) = c.error.as_ref().filter(|_| c.verify_checked_pages == 0) {
             s += &format!(
-                "| {} | {} | failed: {} |||||||||\n",
+                "| {} | {} | failed: {} ||||||||||\n",
                 c.pattern,
                 c.backend,
                 e.replace('|', "/")
@@ -300,7 +426,7 @@ pub fn markdown(cells: &[Cell]) -> String {
             continue;
         }
         s += &format!(
-            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} | {} | {} |\n",
             c.pattern,
             c.backend,
             c.throughput_mbps,
@@ -308,6 +434,7 @@ pub fn markdown(cells: &[Cell]) -> String {
             c.cpu_s,
             opt(c.cpu_s_per_gib_out, 2),
             c.moved_out_bytes as f64 / GIB,
+            opt((c.budget_bytes > 0).then(|| c.budget_bytes as f64 / MIB), 0),
             opt(c.peak_bytes.map(|p| p as f64 / MIB), 0),
             opt(c.compression_ratio, 2),
             c.major_faults.map(|f| f.to_string()).unwrap_or("-".into()),
@@ -374,7 +501,8 @@ pub fn run(a: Args) -> Result<()> {
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ");
-    let total = a.patterns.len() * cols.len();
+    let eqmem = !a.no_eqmem && cols.iter().any(|c| c.label == EQMEM_KERNEL);
+    let total = a.patterns.len() * (cols.len() + usize::from(eqmem));
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -383,31 +511,51 @@ pub fn run(a: Args) -> Result<()> {
     );
     let t0 = Instant::now();
     let mut cells = Vec::with_capacity(total);
+    let run_one = |p: uzswap::Pattern, col: &Column, budget: u64| {
+        bar.set_message(format!("{} / {}", p.name(), col.label));
+        let t = Instant::now();
+        let mut cell = match run_cell(&cell_args(&a, p, col, budget)) {
+            Ok((r, cpu)) => cell_from_json(p.name(), col, &r, cpu),
+            Err(e) => Cell {
+                pattern: p.name().into(),
+                backend: col.label.clone(),
+                error: Some(format!("{e:#}")),
+                ..Default::default()
+            },
+        };
+        cell.budget_bytes = budget;
+        cell.wall_s = t.elapsed().as_secs_f64();
+        if let Some(e) = &cell.error {
+            bar.println(format!("{} / {}: {e}", p.name(), col.label));
+        }
+        bar.inc(1);
+        cell
+    };
     for &p in &a.patterns {
         for col in &cols {
-            bar.set_message(format!("{} / {}", p.name(), col.label));
-            let t = Instant::now();
-            let mut cell = match run_cell(&cell_args(&a, p, col)) {
-                Ok((r, cpu)) => cell_from_json(p.name(), col, &r, cpu),
-                Err(e) => Cell {
+            let cell = run_one(p, col, a.budget);
+            let matched = (eqmem && col.label == EQMEM_KERNEL).then(|| eqmem_budget(&cell));
+            cells.push(cell);
+            // The equal-memory cell right after the kernel cell it matches.
+            let mut eq = match matched {
+                None => continue,
+                Some(Ok(budget)) => run_one(p, &eqmem_column(), budget),
+                Some(Err(e)) => Cell {
                     pattern: p.name().into(),
-                    backend: col.label.clone(),
-                    error: Some(format!("{e:#}")),
+                    backend: EQMEM_LABEL.into(),
+                    error: Some(e),
                     ..Default::default()
                 },
             };
-            cell.wall_s = t.elapsed().as_secs_f64();
-            if let Some(e) = &cell.error {
-                bar.println(format!("{} / {}: {e}", p.name(), col.label));
-            }
-            cells.push(cell);
-            bar.inc(1);
+            eq.eqmem_of = Some(EQMEM_KERNEL.into());
+            cells.push(eq);
         }
     }
     bar.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64();
 
     let t = targets(&cells, a.budget);
+    let fp = footprints(&cells);
     println!("{}", markdown(&cells));
     println!(
         "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified); {:.0} s in all\n",
@@ -419,7 +567,7 @@ pub fn run(a: Args) -> Result<()> {
     );
     for x in &t {
         println!(
-            "- {} on {}: {:.2} ({})",
+            "- {} on {}: {:.2} ({}{})",
             x["target"].as_str().unwrap_or(""),
             x["pattern"].as_str().unwrap_or(""),
             x["value"].as_f64().unwrap_or(f64::NAN),
@@ -427,10 +575,31 @@ pub fn run(a: Args) -> Result<()> {
                 "met"
             } else {
                 "MISSED"
+            },
+            match x["memory"].as_str() {
+                Some("equal memory") => format!(
+                    "; equal memory: budget {:.0} MiB",
+                    x["budget_bytes"].as_f64().unwrap_or(0.0) / MIB
+                ),
+                _ => String::new(),
             }
         );
     }
+    if !fp.is_empty() {
+        println!("\nkernel cells' real memory (cgroup + what it was not charged for) / budget:");
+    }
+    for x in &fp {
+        println!("- {}", x["line"].as_str().unwrap_or(""));
+    }
     if let Some(path) = &a.plot {
+        let mut cols = cols.clone();
+        if eqmem {
+            let at = cols
+                .iter()
+                .position(|c| c.label == EQMEM_KERNEL)
+                .map_or(cols.len(), |i| i + 1);
+            cols.insert(at, eqmem_column());
+        }
         plot(path, &cells, &a.patterns, &cols)
             .with_context(|| format!("draw {}", path.display()))?;
         println!("\nplot: {}", path.display());
@@ -450,6 +619,8 @@ pub fn run(a: Args) -> Result<()> {
                 "wall_s": wall,
                 "cells": cells,
                 "targets": t,
+                "kernel_footprints": fp,
+                "eqmem": eqmem,
                 "failed_cells": failed,
             })
         );
@@ -586,6 +757,10 @@ mod tests {
         assert_eq!(parse_column("uzswap-lz4").unwrap().compressor, "lz4");
         assert_eq!(parse_column("swapfile").unwrap().backend, "swapfile");
         assert!(parse_column("zram-").is_err());
+        assert!(
+            parse_column(EQMEM_LABEL).is_err(),
+            "added by itself, not named"
+        );
         assert!(parse_column("nfs").is_err());
     }
 
@@ -644,6 +819,85 @@ mod tests {
     }
 
     #[test]
+    fn kernel_figures_from_json() {
+        let k = parse_column("kernel-zswap-lzo").unwrap();
+        let r = json!({"peak_bytes": 760, "budget_bytes": null,
+            "kernel": {"cgroup_limit_bytes": 512, "cgroup_max_usage_bytes": 512,
+                "zswap_pool_peak_bytes": 248, "zswap_pool_charged": false},
+            "verify": {"checked_pages": 10, "mismatches": 0}});
+        let c = cell_from_json("mixed", &k, &r, 1.0);
+        assert_eq!(c.budget_bytes, 512);
+        assert_eq!(c.cgroup_max_usage_bytes, Some(512));
+        assert_eq!(c.zswap_pool_peak_bytes, Some(248));
+        assert_eq!(c.zswap_pool_charged, Some(false));
+        assert_eq!(eqmem_budget(&c), Ok(760));
+        let failed = Cell {
+            backend: EQMEM_KERNEL.into(),
+            peak_bytes: Some(760),
+            ..Default::default()
+        };
+        assert!(eqmem_budget(&failed).unwrap_err().contains("failed"));
+    }
+
+    #[test]
+    fn equal_memory_targets_and_kernel_footprints() {
+        let mk = |b: &str, mbps: f64, cpu: f64, peak: u64, budget: u64| Cell {
+            pattern: "mixed".into(),
+            backend: b.into(),
+            ok: true,
+            throughput_mbps: mbps,
+            cpu_s_per_gib_out: Some(cpu),
+            peak_bytes: Some(peak),
+            budget_bytes: budget,
+            ..Default::default()
+        };
+        let mut k = mk(EQMEM_KERNEL, 100.0, 2.0, 720, 500);
+        k.zswap_pool_charged = Some(false);
+        k.zswap_pool_peak_bytes = Some(220);
+        k.cgroup_max_usage_bytes = Some(500);
+        let cells = [
+            mk("uzswap-lz4", 50.0, 4.0, 490, 500),
+            k.clone(),
+            mk(EQMEM_LABEL, 160.0, 1.0, 730, 720),
+            mk("zram-lz4", 200.0, 1.0, 700, 500),
+        ];
+        let t = targets(&cells, 500);
+        let find = |s: &str| {
+            t.iter()
+                .find(|x| x["target"].as_str().unwrap().starts_with(s))
+                .unwrap_or_else(|| panic!("no target {s}"))
+                .clone()
+        };
+        let nominal = find("uzswap-lz4 throughput");
+        assert_eq!(nominal["memory"], "nominal budget");
+        assert!((nominal["value"].as_f64().unwrap() - 0.5).abs() < 1e-9);
+        let eq = find("uzswap-lz4-eqmem throughput");
+        assert_eq!(eq["memory"], "equal memory");
+        assert_eq!(eq["budget_bytes"], 720);
+        assert!((eq["value"].as_f64().unwrap() - 1.6).abs() < 1e-9);
+        assert_eq!(eq["met"], true);
+        assert_eq!(find("uzswap-lz4-eqmem CPU")["met"], true);
+        // Each uzswap cell's peak against its own budget: 730 > 720.
+        let p = find("uzswap-lz4-eqmem peak");
+        assert_eq!(p["met"], false);
+        assert_eq!(find("uzswap-lz4 peak")["met"], true);
+        // No peak target for kernel cells; their footprint is reported.
+        assert!(!t
+            .iter()
+            .any(|x| x["target"].as_str().unwrap().starts_with("kernel")));
+        let fp = footprints(&cells);
+        assert_eq!(fp.len(), 2, "the kernel and zram cells, not uzswap's");
+        assert!((fp[0]["value"].as_f64().unwrap() - 1.44).abs() < 1e-9);
+        assert_eq!(fp[0]["zswap_pool_charged"], false);
+        assert!(fp[0]["line"].as_str().unwrap().contains("not charged"));
+        assert!(fp[1]["line"].as_str().unwrap().contains("zram"));
+        // The same kernel cell on cgroup v2 says so.
+        k.zswap_pool_charged = Some(true);
+        let fp = footprints(&[k]);
+        assert!(fp[0]["line"].as_str().unwrap().contains("(v2)"));
+    }
+
+    #[test]
     fn markdown_has_a_row_per_cell() {
         let c = Cell {
             pattern: "text".into(),
@@ -663,5 +917,9 @@ mod tests {
         assert_eq!(md.lines().count(), 4);
         assert!(md.contains("ok (4 pages)"));
         assert!(md.contains("failed: boom"));
+        // Every row has the header's number of columns.
+        let cols = |l: &str| l.matches('|').count();
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(lines.iter().all(|l| cols(l) == cols(lines[0])));
     }
 }

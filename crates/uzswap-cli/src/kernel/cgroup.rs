@@ -3,6 +3,11 @@
 //! uzswap's budget makes it evict. cgroup v1's memory controller where it is
 //! mounted, else cgroup v2 with the memory controller.
 //!
+//! What the limit covers differs: v2 charges zswap's compressed pool to the
+//! cgroup (so it counts against the limit and shows in memory.peak), v1 does
+//! not (see `kernel::zswap_pool_charged`); zram's memory is charged in
+//! neither.
+//!
 //! The child joins the cgroup between fork and exec (see `kernel::mod`),
 //! through a `cgroup.procs` fd opened here beforehand.
 
@@ -92,6 +97,14 @@ impl Cgroup {
 
     pub fn procs_file(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
+    }
+
+    /// The file with the memory the cgroup is charged now.
+    pub fn usage_file(&self) -> PathBuf {
+        self.dir.join(match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        })
     }
 
     /// The most memory the cgroup was charged since it was made.

@@ -245,8 +245,19 @@ fn run_with_settings(
         .map(vmstat::read_dir_numbers)
         .unwrap_or_default();
     let psi_before = read_psi();
+    // Entries an earlier zswap user left behind are not this run's.
+    let pool_before = read_zswap_pool(zswap_dbg.as_deref());
+    let pool_charged = zswap_pool_charged(cg.version);
 
-    let sampler = Sampler::start(zswap_dbg.clone(), zram.as_ref().map(|z| z.sys("mm_stat")));
+    let sampler = Sampler::start(
+        zswap_dbg.clone(),
+        zram.as_ref().map(|z| z.sys("mm_stat")),
+        Footprint {
+            usage: cg.usage_file(),
+            add_pool: !pool_charged,
+            pool_before,
+        },
+    );
     let t0 = Instant::now();
     let (status, stdout) = run_child(args, budget, &cg, child_mask);
     let wall = t0.elapsed().as_secs_f64();
@@ -300,8 +311,14 @@ fn run_with_settings(
         _ => None,
     };
     let cg_peak = cg.max_usage();
-    // zram's memory is not charged to the cgroup: add the device's peak.
-    let peak = cg_peak.map(|p| p + peaks.zram.map(|m| m[4]).unwrap_or(0));
+    let pool_peak = peaks.pool_bytes.saturating_sub(pool_before);
+    let peak = footprint(
+        backend,
+        cg_peak,
+        pool_charged,
+        pool_peak,
+        peaks.zram.map(|m| m[4]),
+    );
     let kernel = json!({
         "vmstat": vm,
         "mthp": mthp,
@@ -312,8 +329,13 @@ fn run_with_settings(
         "zram_mm_stat_peak": peaks.zram.map(|m| json!({
             "orig_data_size": m[0], "compr_data_size": m[1], "mem_used_total": m[2],
             "mem_limit": m[3], "mem_used_max": m[4], "same_pages": m[5]})),
+        "cgroup_limit_bytes": budget,
         "cgroup_max_usage_bytes": cg_peak,
         "cgroup_version": format!("{:?}", cg.version),
+        "zswap_pool_peak_bytes": (backend == Backend::KernelZswap).then_some(pool_peak),
+        "zswap_pool_before_bytes": (backend == Backend::KernelZswap).then_some(pool_before),
+        "zswap_pool_charged": (backend == Backend::KernelZswap).then_some(pool_charged),
+        "footprint_sampled_peak_bytes": peaks.footprint_bytes,
         "cgroup_stat_after": cg.stat().into_iter().filter(|(k, _)| k.contains("swap") || k.contains("pgmaj")).collect::<BTreeMap<_, _>>(),
         "psi_memory_us": {
             "some": psi_after.0.saturating_sub(psi_before.0),
@@ -330,6 +352,48 @@ fn run_with_settings(
         ratio,
         moved_out,
     ))
+}
+
+/// Whether the kernel charges zswap's compressed pool to the memory cgroup
+/// of the pages' owner. Only the unified hierarchy does: in mm/memcontrol.c
+/// `obj_cgroup_may_zswap()` and `obj_cgroup_charge_zswap()` return early
+/// unless `cgroup_subsys_on_dfl(memory_cgrp_subsys)`, so under cgroup v1 the
+/// pool grows outside the limit and the cgroup's peak leaves it out.
+pub fn zswap_pool_charged(v: cgroup::Version) -> bool {
+    v == cgroup::Version::V2
+}
+
+/// The memory a kernel cell really used at its peak: the cgroup's high-water
+/// mark, plus what the cgroup was not charged for: zswap's pool under cgroup
+/// v1 (`pool_charged` false), zram's device memory always (zsmalloc pages of
+/// a block device belong to no cgroup). Both are peaks taken separately, so
+/// the sum can exceed the true simultaneous peak; under a budget the cgroup
+/// sits at its limit for most of the run, so the gap is small (the sampler's
+/// simultaneous figure is reported next to it).
+pub fn footprint(
+    backend: Backend,
+    cg_peak: Option<u64>,
+    pool_charged: bool,
+    zswap_pool_peak: u64,
+    zram_mem_used_max: Option<u64>,
+) -> Option<u64> {
+    let uncharged = match backend {
+        Backend::KernelZswap if !pool_charged => zswap_pool_peak,
+        Backend::Zram => zram_mem_used_max.unwrap_or(0),
+        _ => 0,
+    };
+    cg_peak.map(|p| p + uncharged)
+}
+
+/// zswap's pool size now: debugfs `pool_total_size`, else meminfo's Zswap
+/// (the same pages counted by the allocator); the larger if both are there.
+fn read_zswap_pool(debugfs: Option<&Path>) -> u64 {
+    let mi = vmstat::parse_kv(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
+    let dbg = debugfs
+        .and_then(|d| std::fs::read_to_string(d.join("pool_total_size")).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    dbg.max(mi.get("Zswap").copied().unwrap_or(0))
 }
 
 /// Bytes the kernel moved out of the workload's memory: pages stored in zswap
@@ -630,6 +694,11 @@ struct Peaks {
     zswapped_bytes: u64,
     debugfs: BTreeMap<String, u64>,
     zram: Option<[u64; 6]>,
+    /// zswap's pool (debugfs pool_total_size or meminfo Zswap) at its largest.
+    pool_bytes: u64,
+    /// cgroup usage + zswap pool + zram device memory read together, at
+    /// their largest: a sampled check on `footprint`'s sum of peaks.
+    footprint_bytes: u64,
 }
 
 impl Peaks {
@@ -644,13 +713,23 @@ impl Peaks {
     }
 }
 
+/// What the sampler adds up for its simultaneous footprint figure.
+struct Footprint {
+    /// The cgroup's current-usage file.
+    usage: PathBuf,
+    /// zswap's pool is not in the cgroup's usage (cgroup v1).
+    add_pool: bool,
+    /// Pool bytes present before the run.
+    pool_before: u64,
+}
+
 struct Sampler {
     stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<Peaks>,
 }
 
 impl Sampler {
-    fn start(debugfs: Option<PathBuf>, mm_stat: Option<PathBuf>) -> Sampler {
+    fn start(debugfs: Option<PathBuf>, mm_stat: Option<PathBuf>, fp: Footprint) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -660,12 +739,16 @@ impl Sampler {
                 let mi =
                     vmstat::parse_kv(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
                 let zswapped = mi.get("Zswapped").copied().unwrap_or(0);
+                let meminfo_pool = mi.get("Zswap").copied().unwrap_or(0);
                 if zswapped > p.zswapped_bytes {
                     p.zswapped_bytes = zswapped;
-                    p.zswap_bytes = mi.get("Zswap").copied().unwrap_or(0);
+                    p.zswap_bytes = meminfo_pool;
                 }
+                let mut pool = meminfo_pool;
+                let mut zram_used = 0;
                 if let Some(d) = &debugfs {
                     let now = vmstat::read_dir_numbers(d);
+                    pool = pool.max(now.get("pool_total_size").copied().unwrap_or(0));
                     if now.get("stored_pages") > p.debugfs.get("stored_pages")
                         || p.debugfs.is_empty()
                     {
@@ -677,11 +760,23 @@ impl Sampler {
                     .and_then(|f| std::fs::read_to_string(f).ok())
                 {
                     if let Some(v) = swap::parse_mm_stat(&m) {
+                        zram_used = v[2];
                         if p.zram.is_none_or(|z| v[0] >= z[0]) {
                             p.zram = Some(v);
                         }
                     }
                 }
+                p.pool_bytes = p.pool_bytes.max(pool);
+                let cg_now = std::fs::read_to_string(&fp.usage)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+                let pool_out = if fp.add_pool {
+                    pool.saturating_sub(fp.pool_before)
+                } else {
+                    0
+                };
+                p.footprint_bytes = p.footprint_bytes.max(cg_now + pool_out + zram_used);
                 if done {
                     return p;
                 }
@@ -709,7 +804,10 @@ fn print_report(r: &Value, json_line: bool) {
     println!(
         "size / budget     {} / {}",
         mib(f("size_bytes")),
-        mib(f("budget_bytes"))
+        mib(match f("budget_bytes") {
+            Value::Null => r["kernel"]["cgroup_limit_bytes"].clone(),
+            b => b,
+        })
     );
     println!(
         "elapsed           {:.2} s",
@@ -726,6 +824,19 @@ fn print_report(r: &Value, json_line: bool) {
     );
     println!("moved out         {}", mib(f("moved_out_bytes")));
     println!("peak memory       {}", mib(f("peak_bytes")));
+    let k = &r["kernel"];
+    if let Some(charged) = k["zswap_pool_charged"].as_bool() {
+        println!(
+            "  of which         cgroup max {} + zswap pool peak {} ({})",
+            mib(k["cgroup_max_usage_bytes"].clone()),
+            mib(k["zswap_pool_peak_bytes"].clone()),
+            if charged {
+                "pool charged to the cgroup (v2): not added"
+            } else {
+                "pool not charged to the cgroup (v1): added"
+            }
+        );
+    }
     println!(
         "compression ratio {}",
         f("compression_ratio")
@@ -791,6 +902,28 @@ mod tests {
         );
         assert_eq!(m["peak_bytes"], 1);
         assert!(m["compression_ratio"].is_null());
+    }
+
+    #[test]
+    fn footprint_adds_what_the_cgroup_was_not_charged() {
+        use cgroup::Version;
+        assert!(!zswap_pool_charged(Version::V1));
+        assert!(zswap_pool_charged(Version::V2));
+        let z = Backend::KernelZswap;
+        // v1: the pool sits outside the cgroup's figure.
+        assert_eq!(footprint(z, Some(512), false, 215, None), Some(727));
+        // v2: the cgroup's figure already holds it.
+        assert_eq!(footprint(z, Some(512), true, 215, None), Some(512));
+        // zram's device memory is never charged; no pool on the others.
+        assert_eq!(
+            footprint(Backend::Zram, Some(512), true, 9, Some(270)),
+            Some(782)
+        );
+        assert_eq!(
+            footprint(Backend::Swapfile, Some(512), false, 9, None),
+            Some(512)
+        );
+        assert_eq!(footprint(z, None, false, 215, None), None);
     }
 
     #[test]
