@@ -8,7 +8,11 @@ mod kernel;
 mod usemem;
 
 #[derive(Parser)]
-#[command(name = "uzswap", version, about = "Userspace compressed swap: workloads and benchmarks")]
+#[command(
+    name = "uzswap",
+    version,
+    about = "Userspace compressed swap: workloads and benchmarks"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
