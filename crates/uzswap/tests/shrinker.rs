@@ -222,9 +222,10 @@ fn folios_round_trip_through_the_device_in_both_formats() {
         let s = z.stats();
         assert!(s.device_pages > 0, "compressed={compressed}: {s:?}");
         let dev = z.swap_device().unwrap().stats();
+        // Folios written in one walk may share a larger run of slots.
         assert!(
-            dev.alloc[order as usize] > 0,
-            "folio-sized slot runs: {dev:?}"
+            dev.alloc[order as usize..].iter().sum::<u64>() > 0,
+            "folio-sized (or larger) slot runs: {dev:?}"
         );
         let mut out = vec![0u8; PAGE_SIZE << order];
         for f in 0..32u64 {

@@ -77,6 +77,11 @@ pub(crate) struct ZswapEntry {
     /// from "a new entry that reuses the key and even the handle". 0 for
     /// entries not on the LRU (same-filled, written back).
     pub lru_seq: u64,
+    /// A pool entry whose page the caller holds unchanged (a
+    /// `LoadMode::KeepPinned` load): off the LRU, so the shrinker does not
+    /// write back a copy of a resident page, until
+    /// [`Zswap::unpin_folio`](super::Zswap::unpin_folio) puts it back.
+    pub pinned: bool,
 }
 
 impl ZswapEntry {
@@ -89,7 +94,7 @@ impl ZswapEntry {
 
     /// Pool entries are the LRU's members (kernel: entries with a length).
     pub fn on_lru(&self) -> bool {
-        matches!(self.payload, Payload::Pool { .. })
+        matches!(self.payload, Payload::Pool { .. }) && !self.pinned
     }
 
     pub fn slot(&self) -> Option<crate::swap::SwapSlot> {

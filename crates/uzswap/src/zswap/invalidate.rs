@@ -68,6 +68,23 @@ impl Zswap {
         self.tree.lock(entry, 1).get(entry).is_some()
     }
 
+    /// End a `LoadMode::KeepPinned` hold on the folio of `2^order` pages at
+    /// `first`: its pool entries go back on the LRU as the most recent.
+    /// True if every page of the folio is still stored (pool, same-filled
+    /// or device), so the caller may drop its own copy; false (nothing
+    /// changed) if a page is missing.
+    pub fn unpin_folio(&self, first: SwapEntry, order: u32) -> bool {
+        let n = 1u64 << order.min(crate::MAX_ORDER);
+        let mut shard = self.tree.lock(first, n);
+        if !(0..n).all(|i| shard.get(first.offset(i)).is_some()) {
+            return false;
+        }
+        for i in 0..n {
+            shard.unpin(first.offset(i));
+        }
+        true
+    }
+
     /// Whether every page of the folio of `2^order` pages at `first` is
     /// stored in memory (pool or same-filled), none of it written back: a
     /// caller holding a clean copy of the folio can drop its own copy and

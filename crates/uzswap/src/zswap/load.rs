@@ -11,6 +11,7 @@
 use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
 use super::same_filled;
 use super::stats::Counters;
+use super::writeback::DevicePages;
 use super::{folio_bytes, LoadError, LoadMode, Zswap};
 use crate::compress::{self, CompressCtx};
 use crate::{MAX_ORDER, PAGE_SIZE};
@@ -69,7 +70,7 @@ impl Zswap {
                         .collect::<Vec<_>>()
                 };
                 match self.decompress_all(first, &entries, out) {
-                    Ok(()) => {
+                    Ok(_) => {
                         self.tree.lock(first, n as u64).end_load(first, n as u64);
                         self.count_load(order, &entries);
                         for e in &entries {
@@ -99,7 +100,7 @@ impl Zswap {
                     }
                 }
             }
-            LoadMode::KeepCopy => {
+            LoadMode::KeepCopy | LoadMode::KeepPinned => {
                 let mut shard = self.tree.lock(first, n as u64);
                 let mut entries = Vec::with_capacity(n);
                 for i in 0..n as u64 {
@@ -114,12 +115,86 @@ impl Zswap {
                 // A written-back page is read under the shard lock too, so
                 // an invalidate cannot free and reuse its slot mid-read;
                 // keep-copy loads are the rare mode.
-                self.decompress_all(first, &entries, out)?;
+                let dev = self.decompress_all(first, &entries, out)?;
+                let mut promoted = Vec::new();
+                if mode == LoadMode::KeepPinned {
+                    // All of the folio's written-back pages or none: a folio
+                    // half in the pool and half on the device would cost
+                    // its next faults more device reads, not fewer.
+                    let want: u64 = entries
+                        .iter()
+                        .map(|e| match e.payload {
+                            Payload::Device {
+                                len, comp: Some(_), ..
+                            } => len as u64,
+                            Payload::Device { comp: None, .. } => u64::MAX / 4,
+                            _ => 0,
+                        })
+                        .sum();
+                    let promote = want > 0 && self.limit.fits(self.pool.total_size(), want);
+                    for (i, e) in entries.iter().enumerate() {
+                        let key = first.offset(i as u64);
+                        if promote {
+                            if let Some(new) = self.promote(key, e, &dev, i) {
+                                shard.set_promoted(key, new.payload);
+                                promoted.push((*e, new));
+                            }
+                        }
+                        shard.pin(key);
+                    }
+                }
                 drop(shard);
                 self.count_load(order, &entries);
+                for (old, new) in &promoted {
+                    self.account_remove(old);
+                    self.release(old);
+                    self.account_add(new);
+                }
+                if !promoted.is_empty() {
+                    Counters::add(&self.counters.promoted_pages, promoted.len() as u64);
+                    self.kick_share_shrink();
+                }
             }
         }
         Ok(())
+    }
+
+    /// A pinned load of a written-back page brings its object back into the
+    /// pool (no recompression: the device holds the object as stored), so
+    /// the page a caller keeps faulting is served from memory next time and
+    /// the shrinker writes a colder entry back instead. Only compressed
+    /// objects (the caller checks the folio fits under the pool limit): a
+    /// page that compressed poorly stays on the device. Returns the entry's
+    /// new form.
+    fn promote(
+        &self,
+        key: SwapEntry,
+        e: &ZswapEntry,
+        dev: &DevicePages,
+        i: usize,
+    ) -> Option<ZswapEntry> {
+        let Payload::Device {
+            len,
+            comp: Some(comp),
+            ..
+        } = e.payload
+        else {
+            return None;
+        };
+        let j = dev.index[i]?;
+        let obj = &dev.buf[j * PAGE_SIZE..j * PAGE_SIZE + len as usize];
+        debug_assert_eq!(checksum(key, obj), e.crc);
+        let handle = self.pool.store(obj).ok()?;
+        Some(ZswapEntry {
+            payload: Payload::Pool {
+                handle,
+                len,
+                comp: Some(comp),
+            },
+            pinned: true,
+            lru_seq: 0,
+            ..*e
+        })
     }
 
     /// Counters of a successful load of `entries`.
@@ -143,7 +218,7 @@ impl Zswap {
         first: SwapEntry,
         entries: &[ZswapEntry],
         out: &mut [u8],
-    ) -> Result<(), LoadError> {
+    ) -> Result<DevicePages, LoadError> {
         let n = entries.len();
         // Pages on the device are read first, contiguous slots in one read.
         let dev = self.read_device(first, entries)?;
@@ -154,7 +229,7 @@ impl Zswap {
             }
         };
         if n <= INLINE_PAGES {
-            return self.engine.with_ctx(|ctx| {
+            self.engine.with_ctx(|ctx| {
                 for (i, (e, page)) in entries
                     .iter()
                     .zip(out.chunks_exact_mut(PAGE_SIZE))
@@ -162,8 +237,9 @@ impl Zswap {
                 {
                     self.decompress_one(first.offset(i as u64), e, dev_page(i), page, ctx)?;
                 }
-                Ok(())
-            });
+                Ok::<(), LoadError>(())
+            })?;
+            return Ok(dev);
         }
         // Large folio: decompress in parallel. Each index writes only its own
         // page; the pages are handed out through a shared base pointer.
@@ -184,7 +260,7 @@ impl Zswap {
         });
         match errors.into_iter().find_map(|e| e.into_inner()) {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(dev),
         }
     }
 

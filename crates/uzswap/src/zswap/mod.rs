@@ -57,6 +57,12 @@
 //!     +------------------invalidate (pool, same-filled or device)--------+
 //! ```
 //! Same-filled entries are stored like pool entries but never join the LRU.
+//! A `KeepPinned` load takes the folio's pool entries off the LRU (pinned:
+//! the caller holds the pages unchanged) and brings its written-back pages
+//! into the pool (device -> pool, the object as read, no recompression) when
+//! the whole folio fits under the pool limit; `unpin_folio` puts them back
+//! on the LRU as the most recent. Invalidate, replacement and exclusive
+//! loads treat pinned entries like any pool entry.
 //! An entry being written back stays a pool entry until the switch; if it
 //! was loaded, invalidated or replaced meanwhile, the switch does not happen
 //! and the slot is freed. A failed write or a full device leaves it a pool
@@ -99,6 +105,12 @@ use tree::Tree;
 pub enum LoadMode {
     Exclusive,
     KeepCopy,
+    /// Keep the copy and take its pool entries off the LRU while the caller
+    /// holds the page unchanged: writing back a copy of a resident page
+    /// would only put the page on the device for its next fault. The caller
+    /// ends the hold with [`Zswap::unpin_folio`] (the copy becomes the most
+    /// recent LRU entry) or by invalidating or replacing the copy.
+    KeepPinned,
 }
 
 /// Instance settings. Defaults mirror the kernel's zswap defaults where one

@@ -27,6 +27,7 @@ pub(crate) struct Counters {
     pub pswpout: AtomicU64,
     pub pswpin: AtomicU64,
     pub swap_reads: AtomicU64,
+    pub promoted_pages: AtomicU64,
     pub device_pages: AtomicU64,
     pub shrink_scanned: AtomicU64,
     pub shrink_rotated: AtomicU64,
@@ -92,6 +93,8 @@ pub struct ZswapStats {
     /// Device reads: one per run of contiguous slots a load needed, so
     /// `pswpin / swap_reads` is the pages per read.
     pub swap_reads: u64,
+    /// Written-back pages a pinned load brought back into the pool.
+    pub promoted_pages: u64,
     /// Entries whose page is on the swap device now (not in `stored_pages`).
     pub device_pages: u64,
     /// Entries on the LRU (pool entries).
@@ -152,6 +155,7 @@ impl Counters {
             pswpout: g(&self.pswpout),
             pswpin: g(&self.pswpin),
             swap_reads: g(&self.swap_reads),
+            promoted_pages: g(&self.promoted_pages),
             device_pages: g(&self.device_pages),
             shrink_scanned: g(&self.shrink_scanned),
             shrink_rotated: g(&self.shrink_rotated),

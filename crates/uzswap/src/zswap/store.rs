@@ -151,6 +151,7 @@ impl Zswap {
                     crc: 0,
                     referenced: true,
                     lru_seq: 0,
+                    pinned: false,
                 });
             }
         }
@@ -194,6 +195,7 @@ impl Zswap {
             crc: checksum(key, object),
             referenced: true,
             lru_seq: 0,
+            pinned: false,
         })
     }
 

@@ -113,6 +113,7 @@ impl ShardGuard<'_> {
     }
     pub fn insert(&mut self, key: SwapEntry, mut e: ZswapEntry) -> Option<ZswapEntry> {
         e.lru_seq = 0;
+        e.pinned = false;
         if e.on_lru() {
             e.lru_seq = self.tree.lru.next_seq();
             self.shard.lru.ring.push_back(Node {
@@ -173,6 +174,11 @@ impl ShardGuard<'_> {
         }
     }
 
+    /// The ring's oldest node, left in place.
+    pub fn peek_lru(&self) -> Option<Node> {
+        self.shard.lru.ring.front().copied()
+    }
+
     /// Is `node` the live node of the entry under its key?
     pub fn is_live(&self, node: Node) -> bool {
         matches!(self.shard.map.get(&node.key), Some(e) if e.lru_seq == node.seq && e.on_lru())
@@ -186,6 +192,47 @@ impl ShardGuard<'_> {
             debug_assert!(e.on_lru());
             e.lru_seq = seq;
             self.shard.lru.ring.push_back(Node { key: key.0, seq });
+        }
+    }
+
+    /// Take a pool entry off the LRU while its page is held by the caller
+    /// (its node goes stale). False if it is not on the LRU.
+    pub fn pin(&mut self, key: SwapEntry) -> bool {
+        match self.shard.map.get_mut(&key.0) {
+            Some(e) if e.on_lru() => {
+                e.pinned = true;
+                e.lru_seq = 0;
+                self.tree.lru.removed(1);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Switch a written-back entry to the pool object a pinned load just
+    /// made of it; it stays pinned (off the LRU).
+    pub fn set_promoted(&mut self, key: SwapEntry, payload: super::entry::Payload) {
+        let e = self
+            .shard
+            .map
+            .get_mut(&key.0)
+            .expect("caller holds the entry");
+        debug_assert!(e.slot().is_some() && matches!(payload, super::entry::Payload::Pool { .. }));
+        e.payload = payload;
+        e.pinned = true;
+        e.lru_seq = 0;
+    }
+
+    /// Put a pinned entry back on the LRU as its most recent entry.
+    pub fn unpin(&mut self, key: SwapEntry) {
+        let seq = self.tree.lru.next_seq();
+        if let Some(e) = self.shard.map.get_mut(&key.0) {
+            if e.pinned {
+                e.pinned = false;
+                e.lru_seq = seq;
+                self.shard.lru.ring.push_back(Node { key: key.0, seq });
+                self.tree.lru.added(1);
+            }
         }
     }
 

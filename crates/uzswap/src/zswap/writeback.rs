@@ -85,6 +85,25 @@ struct Candidate {
     crc: u32,
 }
 
+/// Does the ring head `next` continue the run of the batch's last isolated
+/// key (a folio's next page, past same-filled holes)? The pages of a folio
+/// are stored together, so they sit next to each other in the ring; taking
+/// them all makes the folio one run of contiguous slots and its fault one
+/// device read.
+fn continues_run(batch: &[Candidate], next: Option<Node>) -> bool {
+    let (Some(last), Some(next)) = (batch.last(), next) else {
+        return false;
+    };
+    let first = batch
+        .iter()
+        .rev()
+        .take_while(|c| c.key.0 >> MAX_ORDER == last.key.0 >> MAX_ORDER);
+    next.key > last.key.0
+        && next.key - last.key.0 <= RUN_GAP
+        && next.key >> MAX_ORDER == last.key.0 >> MAX_ORDER
+        && first.count() < 1 << MAX_ORDER
+}
+
 /// Pages a load read from the device: `index[i]` is entry i's page in `buf`.
 pub(super) struct DevicePages {
     pub buf: Vec<u8>,
@@ -118,8 +137,16 @@ impl Zswap {
             {
                 let mut g = self.tree.lock_index(idx);
                 let mut popped = false;
-                while batch.len() < WB_BATCH && res.scanned < max_scan {
-                    let limit = if popped { second } else { u64::MAX };
+                loop {
+                    // A run in progress is finished past the batch size and
+                    // whatever the other shards' heads say: splitting a
+                    // folio between batches would cost its fault two
+                    // device reads.
+                    let cont = continues_run(&batch, g.peek_lru());
+                    if (batch.len() >= WB_BATCH || res.scanned >= max_scan) && !cont {
+                        break;
+                    }
+                    let limit = if popped && !cont { second } else { u64::MAX };
                     let Some(node) = g.pop_lru(limit) else { break };
                     popped = true;
                     if !g.is_live(node) {
