@@ -187,7 +187,7 @@ fn install(
     let keep = stored && sh.cfg.keep_copy && !write;
     let (src, to, flags): (&[u8], u32, u32) = if stored {
         let mode = if keep {
-            LoadMode::KeepPinned
+            LoadMode::KeepCopy
         } else {
             LoadMode::Exclusive
         };

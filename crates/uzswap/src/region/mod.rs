@@ -17,10 +17,10 @@
 //!   UNTOUCHED --missing fault: zero-fill (BUSY)--------------> RESIDENT
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
 //!   STORED    --missing read fault, keep_copy: load keeping
-//!               the copy pinned, install write-protected (BUSY)-> CLEAN
+//!               the pool copy, install write-protected (BUSY)-> CLEAN
 //!   CLEAN     --write-protect fault: drop pool copy, unprotect (BUSY)-> RESIDENT
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
-//!   CLEAN     --evict: unpin the copy, zap (EVICTING)----------> STORED
+//!   CLEAN     --evict: zap only, pool already holds it (EVICTING)-> STORED
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
 //! ```
 //! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
@@ -31,15 +31,8 @@
 //! missing fault and is served from the pool: the write lands on the stored
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
 //! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN implies
-//! mapped, write-protected and the cache's copy present and pinned; STORED
-//! implies unmapped and every page of the chunk in the cache.
-//!
-//! A clean chunk's copy is pinned (`LoadMode::KeepPinned`): off the cache's
-//! LRU while the chunk is mapped, so the shrinker never writes back a copy
-//! of a resident chunk (which would leave a hot chunk's only copy on the
-//! device once it is evicted again), and a copy that was on the device
-//! comes back into the pool whole when there is room under the pool limit.
-//! Evicting the chunk unpins the copy as the LRU's most recent entry.
+//! mapped, write-protected and pool copy present; STORED implies unmapped and
+//! every page of the chunk in the cache.
 //!
 //! # Budget
 //! `resident bytes + zswap.pool_total_size() <= budget`. A chunk is charged

@@ -131,7 +131,16 @@ impl Zswap {
                             _ => 0,
                         })
                         .sum();
-                    let promote = want > 0 && self.limit.fits(self.pool.total_size(), want);
+                    // Under the pool's share only: above it the shrinker
+                    // would write back as much again (churn), and a pool
+                    // grown to its limit takes memory from resident pages.
+                    let room = self.cfg.pool_share_bytes.min(self.limit.max());
+                    let pool = self.pool.total_size();
+                    let promote = want > 0 && pool.saturating_add(want) <= room;
+                    // Pinned copies cannot be written back: above the share
+                    // they stay on the LRU, so the shrinker can always make
+                    // room and the caller's budget holds.
+                    let pin = pool <= room;
                     for (i, e) in entries.iter().enumerate() {
                         let key = first.offset(i as u64);
                         if promote {
@@ -140,7 +149,9 @@ impl Zswap {
                                 promoted.push((*e, new));
                             }
                         }
-                        shard.pin(key);
+                        if pin {
+                            shard.pin(key);
+                        }
                     }
                 }
                 drop(shard);
@@ -163,7 +174,7 @@ impl Zswap {
     /// pool (no recompression: the device holds the object as stored), so
     /// the page a caller keeps faulting is served from memory next time and
     /// the shrinker writes a colder entry back instead. Only compressed
-    /// objects (the caller checks the folio fits under the pool limit): a
+    /// objects (the caller checks the folio fits under the pool's share): a
     /// page that compressed poorly stays on the device. Returns the entry's
     /// new form.
     fn promote(

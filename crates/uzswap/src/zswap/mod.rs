@@ -60,7 +60,7 @@
 //! A `KeepPinned` load takes the folio's pool entries off the LRU (pinned:
 //! the caller holds the pages unchanged) and brings its written-back pages
 //! into the pool (device -> pool, the object as read, no recompression) when
-//! the whole folio fits under the pool limit; `unpin_folio` puts them back
+//! the whole folio fits under the pool's share; `unpin_folio` puts them back
 //! on the LRU as the most recent. Invalidate, replacement and exclusive
 //! loads treat pinned entries like any pool entry.
 //! An entry being written back stays a pool entry until the switch; if it
