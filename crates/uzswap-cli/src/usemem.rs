@@ -121,7 +121,8 @@ pub struct Args {
     /// $TMPDIR, else /tmp). The file is unlinked and uses O_DIRECT.
     #[arg(long)]
     pub swap_dir: Option<std::path::PathBuf>,
-    /// uzswap: swap device size (default: twice the budget).
+    /// uzswap: swap device size (default: the working set or twice the
+    /// budget, whichever is larger: every page may end up on the device).
     #[arg(long, value_parser = parse_size)]
     pub swap_size: Option<u64>,
     /// uzswap: the pool's share of the budget in percent when writing back
@@ -327,7 +328,9 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             cfg.writeback = None;
         } else if let Some(wb) = cfg.writeback.as_mut() {
             wb.dir = args.swap_dir.clone();
-            wb.size_bytes = args.swap_size.unwrap_or(0);
+            wb.size_bytes = args
+                .swap_size
+                .unwrap_or_else(|| args.size.max(budget.saturating_mul(2)));
         }
         if let Some(p) = args.pool_share {
             cfg.pool_share_percent = p;

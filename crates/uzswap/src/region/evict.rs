@@ -90,6 +90,11 @@ pub(super) fn backstop(sh: &Shared) {
             // (no writeback); this fault's chunk is the next victim.
             None => break,
             Some(freed) if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
+                // Incompressible chunks free nothing until their copies
+                // reach the device: write back now before giving up.
+                if sh.zswap.reclaim(sh.batch_bytes) > 0 {
+                    continue;
+                }
                 set_futile(sh);
                 break;
             }
@@ -127,6 +132,9 @@ pub(super) fn evictor_loop(sh: &Shared) {
             match freed {
                 None => break,
                 Some(f) if f < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
+                    if sh.zswap.reclaim(sh.batch_bytes) > 0 {
+                        continue;
+                    }
                     set_futile(sh);
                     break;
                 }

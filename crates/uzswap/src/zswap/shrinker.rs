@@ -199,6 +199,27 @@ impl Zswap {
 
     /// The store path's direct reclaim: write back enough for `incoming`
     /// more bytes. True if the store now fits under the limit.
+    /// Write back about `bytes` of pool memory now, coldest first (second
+    /// chance is honoured, the protected region is not: the caller is over
+    /// its budget, like direct reclaim). Returns the pool bytes given back;
+    /// 0 without writeback or when nothing could be written.
+    ///
+    /// The front end needs this for incompressible data: evicting such a
+    /// chunk moves it into the pool at full size, so its budget only drops
+    /// once the copy reaches the device.
+    pub fn reclaim(&self, bytes: u64) -> u64 {
+        if !self.writeback_possible() {
+            return 0;
+        }
+        let before = self.pool.total_size();
+        let target = before.saturating_sub(bytes);
+        let max_scan = bytes.div_ceil(512) + 128;
+        self.engine.with_ctx(|ctx| {
+            self.writeback_walk(max_scan, false, ctx, |z| z.pool.total_size() <= target)
+        });
+        before.saturating_sub(self.pool.total_size())
+    }
+
     pub(super) fn direct_reclaim(&self, incoming: u64) -> bool {
         let cur = self.pool.total_size();
         let need = (cur + incoming).saturating_sub(self.limit.max());
