@@ -1,20 +1,10 @@
 //! Regions: zero-fill, round trips through the pool, hints, drop order.
 
-use uzswap::region::{Advice, Config, Uzswap};
+use uzswap::region::{Advice, Config};
 use uzswap::{Pattern, PAGE_SIZE};
 
-/// An instance, or None (with the reason printed) where userfaultfd is
-/// unavailable, so the suite passes on machines that cannot run it.
-pub fn instance(cfg: Config) -> Option<Uzswap> {
-    match Uzswap::new(cfg) {
-        Ok(u) => Some(u),
-        Err(e @ uzswap::RegionError::Unavailable(_)) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::instance;
 
 fn page_mut(base: *mut u8, i: usize) -> &'static mut [u8] {
     // SAFETY: tests only pass indices inside a live region they own.

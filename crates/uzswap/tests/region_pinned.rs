@@ -1,7 +1,6 @@
-//! Pinned (keep-copy) loads as the front end uses them for clean chunks:
-//! the copy of a page the caller holds is off the LRU (never written back),
-//! a written-back folio comes back into the pool whole, and unpinning puts
-//! the copy back on the LRU.
+//! Pinned (keep-copy) loads: the copy of a page the caller holds is off the
+//! LRU (never written back), a written-back folio comes back into the pool
+//! whole, and unpinning puts the copy back on the LRU.
 
 use uzswap::swap::SwapDeviceConfig;
 use uzswap::{LoadMode, Pattern, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};

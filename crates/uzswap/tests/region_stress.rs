@@ -5,19 +5,11 @@
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
-use uzswap::region::{Advice, Config, HandlerMode, Uzswap, UzswapStats};
+use uzswap::region::{Advice, Config, HandlerMode, UzswapStats};
 use uzswap::PAGE_SIZE;
 
-fn instance(cfg: Config) -> Option<Uzswap> {
-    match Uzswap::new(cfg) {
-        Ok(u) => Some(u),
-        Err(e @ uzswap::RegionError::Unavailable(_)) => {
-            eprintln!("skipping: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
-}
+mod common;
+use common::instance;
 
 const WORDS: usize = PAGE_SIZE / 8;
 const LOCK: u64 = 1 << 63;

@@ -123,7 +123,7 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
                 let res = if st == UNTOUCHED {
                     install_zero_around(sh, &r, ci)
                 } else {
-                    install(sh, &r, ci, true, write, false, scratch)
+                    install(sh, &r, ci, write, false, scratch)
                 };
                 drop(live);
                 if res {
@@ -171,68 +171,54 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
     }
 }
 
-/// Install chunk `ci` of `r`, which the caller moved to BUSY from STORED
-/// (`stored`) or UNTOUCHED. Returns whether it was installed; if not, the
-/// chunk is back in its old state with its data where it was.
+/// Install stored chunk `ci` of `r`, which the caller moved to BUSY from
+/// STORED. Returns whether it was installed; if not, the chunk is back to
+/// STORED with its data in the cache. (Never-touched chunks go through
+/// `install_zero_around`.)
 fn install(
     sh: &Shared,
     r: &RegionInner,
     ci: usize,
-    stored: bool,
     write: bool,
     prefetch: bool,
     scratch: &mut [u8],
 ) -> bool {
     let base = r.chunk_addr(ci, sh.chunk);
-    let keep = stored && sh.cfg.keep_copy && !write;
-    let (src, to, flags): (&[u8], u32, u32) = if stored {
-        let mode = if keep {
-            LoadMode::KeepCopy
-        } else {
-            LoadMode::Exclusive
-        };
-        if let Err(e) = sh
-            .zswap
-            .load_folio(sh.entry(r, ci), sh.order, scratch, mode)
-        {
-            // The stored copy stays where it is; the faulting thread cannot
-            // be given wrong data, so the failure is loud.
-            chunk::release(&r.state[ci], STORED, 0, 0);
-            fail(sh, &format!("loading region {} chunk {ci}: {e}", r.id));
-            return false;
-        }
-        let flags = workingset_refault(sh, r, ci);
-        if write || !prefetch {
-            sh.ctr.pgmajfault.fetch_add(1, Relaxed);
-        } else {
-            sh.ctr.prefetched.fetch_add(1, Relaxed);
-        }
-        (&scratch[..], if keep { CLEAN } else { RESIDENT }, flags)
+    let keep = sh.cfg.keep_copy && !write;
+    let mode = if keep {
+        LoadMode::KeepCopy
     } else {
-        sh.ctr.faults_zero.fetch_add(1, Relaxed);
-        sh.ctr.zero_filled_chunks.fetch_add(1, Relaxed);
-        (&sh.zeros[..sh.chunk], RESIDENT, 0)
+        LoadMode::Exclusive
     };
+    if let Err(e) = sh
+        .zswap
+        .load_folio(sh.entry(r, ci), sh.order, scratch, mode)
+    {
+        // The stored copy stays where it is; the faulting thread cannot be
+        // given wrong data, so the failure is loud.
+        chunk::release(&r.state[ci], STORED, 0, 0);
+        fail(sh, &format!("loading region {} chunk {ci}: {e}", r.id));
+        return false;
+    }
+    let flags = workingset_refault(sh, r, ci);
+    if write || !prefetch {
+        sh.ctr.pgmajfault.fetch_add(1, Relaxed);
+    } else {
+        sh.ctr.prefetched.fetch_add(1, Relaxed);
+    }
+    let to = if keep { CLEAN } else { RESIDENT };
     // Charge before the pages appear, so usage never under-reports.
     sh.resident.fetch_add(sh.chunk as u64, Relaxed);
-    if let Err(e) = copy_chunk(sh, base, src, keep) {
+    if let Err(e) = copy_chunk(sh, base, scratch, keep) {
         sh.resident.fetch_sub(sh.chunk as u64, Relaxed);
-        let back = if !stored {
-            UNTOUCHED
-        } else if keep {
-            STORED
-        } else {
+        if !keep {
             // The exclusive load took the only copy: put it back.
-            match sh.zswap.store_folio(sh.entry(r, ci), sh.order, src) {
-                Ok(()) => STORED,
-                Err(se) => {
-                    fail(sh, &format!("region {} chunk {ci}: data lost: {se}", r.id));
-                    STORED
-                }
+            if let Err(se) = sh.zswap.store_folio(sh.entry(r, ci), sh.order, scratch) {
+                fail(sh, &format!("region {} chunk {ci}: data lost: {se}", r.id));
             }
-        };
+        }
         // The faulting thread stays parked (woken, it would fault again).
-        chunk::release(&r.state[ci], back, 0, 0);
+        chunk::release(&r.state[ci], STORED, 0, 0);
         fail(sh, &e);
         return false;
     }
@@ -362,7 +348,7 @@ pub(super) fn will_need(
             continue;
         }
         // Prefetched chunks count as read: they stay clean when keep_copy.
-        install(sh, r, ci, true, false, true, &mut scratch);
+        install(sh, r, ci, false, true, &mut scratch);
         drop(live);
     }
     Ok(())

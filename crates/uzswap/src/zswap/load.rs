@@ -113,8 +113,11 @@ impl Zswap {
                     }
                 }
                 // A written-back page is read under the shard lock too, so
-                // an invalidate cannot free and reuse its slot mid-read;
-                // keep-copy loads are the rare mode.
+                // an invalidate cannot free and reuse its slot mid-read.
+                // Not rare: the front end's read faults load keep-copy, so a
+                // device read (~180 us O_DIRECT on a virtual disk) holds this
+                // shard's stores, loads and writeback. Pinning the slots and
+                // reading unlocked would lift that.
                 let dev = self.decompress_all(first, &entries, out)?;
                 let mut promoted = Vec::new();
                 if mode == LoadMode::KeepPinned {
