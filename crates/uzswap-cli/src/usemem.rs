@@ -105,14 +105,15 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// uzswap: how the fault handler waits for faults.
-    #[arg(long, value_enum, default_value = "spin")]
+    #[arg(long, value_enum, default_value = "block")]
     pub handler: Handler,
     /// uzswap: with `--handler spin`, microseconds to poll before sleeping.
     #[arg(long, default_value_t = 200)]
     pub spin_us: u32,
-    /// uzswap: fault handler threads.
-    #[arg(long, default_value_t = 1)]
-    pub handler_threads: usize,
+    /// uzswap: fault handler threads (default: the library's, one per CPU
+    /// up to 4).
+    #[arg(long)]
+    pub handler_threads: Option<usize>,
     /// uzswap: read faults drop the pool copy instead of keeping it (a
     /// re-eviction of an unwritten chunk then compresses it again).
     #[arg(long)]
@@ -319,7 +320,6 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
                     micros: args.spin_us,
                 },
             },
-            handler_threads: args.handler_threads,
             keep_copy: !args.no_keep_copy,
             ..Config::default()
         };
@@ -335,6 +335,9 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         if let Some(p) = args.pool_share {
             cfg.pool_share_percent = p;
         }
+        if let Some(n) = args.handler_threads {
+            cfg.handler_threads = n;
+        }
         Some(Uzswap::new(cfg)?)
     } else {
         None
@@ -348,6 +351,13 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             Some(uz) => {
                 let r = uz.region(len)?;
                 let p = r.as_ptr();
+                if args.folio > PAGE_SIZE as u64 && !r.is_registered() {
+                    // The same advice as plain memory gets: a region that
+                    // fits the budget stays plain until it must be
+                    // registered, and registering takes the advice back.
+                    // SAFETY: advice on the region's own mapping.
+                    unsafe { libc::madvise(p as *mut _, r.len(), libc::MADV_HUGEPAGE) };
+                }
                 regions.push(r);
                 p
             }
@@ -412,7 +422,9 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
     let (stats, peak) = match &uz {
         Some(uz) => {
             let st = uz.stats();
-            let peak = st.peak_bytes;
+            // Regions that fit the budget stay unregistered plain memory
+            // (uzswap does not track it): count them whole, an upper bound.
+            let peak = st.peak_bytes + st.unregistered_bytes;
             (serde_json::to_value(&st)?, peak)
         }
         None => (serde_json::json!({}), vm_hwm()),

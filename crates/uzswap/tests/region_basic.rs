@@ -13,7 +13,10 @@ fn page_mut(base: *mut u8, i: usize) -> &'static mut [u8] {
 
 #[test]
 fn untouched_memory_reads_zero_and_keeps_writes() {
-    let Some(uz) = instance(Config::default()) else {
+    let Some(uz) = instance(Config {
+        defer_register: false,
+        ..Config::default()
+    }) else {
         return;
     };
     let mut r = uz.region(1 << 20).unwrap();
@@ -109,6 +112,7 @@ fn will_need_prefetches_and_cold_is_taken_first() {
 fn drop_order_either_way_frees_everything() {
     let Some(uz) = instance(Config {
         budget: 64 << 20,
+        defer_register: false,
         ..Config::default()
     }) else {
         return;
@@ -132,4 +136,70 @@ fn drop_order_either_way_frees_everything() {
         assert!(Pattern::Index.verify(i, 2, page_mut(b.as_ptr(), i as usize)));
     }
     drop(b);
+}
+
+/// What page `i` of the deferred test's first region holds: the first 2 MiB
+/// written whole, the next 1 MiB every other page, the rest never touched.
+fn deferred_written(i: usize) -> bool {
+    let pages_2m = (2 << 20) / PAGE_SIZE;
+    i < pages_2m || (i < pages_2m + pages_2m / 2 && i % 2 == 1)
+}
+
+#[test]
+fn deferred_registration_takes_charge_of_memory_touched_before() {
+    let Some(uz) = instance(Config {
+        budget: 8 << 20,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let len = 4 << 20;
+    let r = uz.region(len).unwrap();
+    assert!(!r.is_registered(), "fits the budget: plain memory");
+    assert_eq!(uz.stats().unregistered_bytes, len as u64);
+    // Huge pages where the kernel has them: registration must cope with
+    // memory the kernel mapped by the PMD.
+    // SAFETY: advice on the region's own mapping.
+    unsafe { libc::madvise(r.as_ptr() as *mut _, len, libc::MADV_HUGEPAGE) };
+    for i in (0..len / PAGE_SIZE).filter(|&i| deferred_written(i)) {
+        Pattern::Mixed.fill(i as u64, 3, page_mut(r.as_ptr(), i));
+    }
+    let st = uz.stats();
+    assert_eq!(
+        (st.faults_zero, st.pgmajfault, st.resident_bytes),
+        (0, 0, 0),
+        "plain memory costs no faults and is not charged"
+    );
+
+    // 4 + 6 MiB > 8 MiB: both are registered now.
+    let r2 = uz.region(6 << 20).unwrap();
+    assert!(r.is_registered() && r2.is_registered());
+    let st = uz.stats();
+    assert_eq!(st.unregistered_bytes, 0);
+    // Whole chunks were charged as found; the half-written ones had their
+    // holes zero-filled by the handler (with whatever else of that window
+    // was untouched), so every RESIDENT chunk is fully mapped.
+    assert!(st.resident_bytes >= 3 << 20, "{st:?}");
+    assert_eq!(st.resident_bytes, r.resident_bytes() + r2.resident_bytes());
+
+    // Push the first region out by filling the second, then read it back.
+    for i in 0..(6 << 20) / PAGE_SIZE {
+        Pattern::Index.fill(i as u64, 4, page_mut(r2.as_ptr(), i));
+    }
+    r.advise(0..len, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), 0);
+    for i in 0..len / PAGE_SIZE {
+        let page = page_mut(r.as_ptr(), i);
+        if deferred_written(i) {
+            assert!(Pattern::Mixed.verify(i as u64, 3, page), "page {i}");
+        } else {
+            assert!(page.iter().all(|&b| b == 0), "page {i} never written");
+        }
+    }
+    for i in 0..(6 << 20) / PAGE_SIZE {
+        assert!(Pattern::Index.verify(i as u64, 4, page_mut(r2.as_ptr(), i)));
+    }
+    let st = uz.stats();
+    assert_eq!(st.fault_errors, 0);
+    assert!(st.peak_bytes <= 8 << 20, "{st:?}");
 }

@@ -15,6 +15,7 @@
 //!
 //! ```text
 //!   UNTOUCHED --missing fault: zero-fill (BUSY)--------------> RESIDENT
+//!   UNTOUCHED --late registration finds every page there------> RESIDENT
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
 //!   STORED    --missing read fault, keep_copy: load keeping
 //!               the pool copy, install write-protected (BUSY)-> CLEAN
@@ -50,11 +51,22 @@
 //! shrinker thread writes back ahead of the limit. Without it the pool of a
 //! large working set fills the budget and resident memory starves.
 //!
+//! # Deferred registration
+//! While the regions together fit the budget nothing can have to be
+//! evicted, so a region stays plain memory, unregistered, until a new region
+//! takes the total past the budget (or a `PageOut` hint needs it): then
+//! every region is registered and the pages already there are charged
+//! (`register`, `Config::defer_register`). Memory that fits costs nothing.
+//!
 //! # Lock order
-//! `evict_lock` (one eviction batch at a time) → `RegionInner::live` (read:
-//! the region's memory and state stay valid while held; write: region
-//! teardown). The `regions` map lock is only ever held alone, to look up or
-//! snapshot regions. Chunk states are atomics, never locks.
+//! `Shared::mapped` (making, registering and dropping regions) →
+//! `RegionInner::live` (write, at teardown). `evict_lock` (one eviction
+//! batch at a time) → `RegionInner::live` (read: the region's memory and
+//! state stay valid while held). `mapped` is never taken under either; the
+//! fault a registration raises on a hole is resolved by a handler thread,
+//! which takes neither `mapped` nor `evict_lock` to zero-fill. The `regions`
+//! map lock is only ever held alone, to look up or snapshot regions. Chunk
+//! states are atomics, never locks.
 //!
 //! # Drop order
 //! Regions and the instance may be dropped in any order: each [`Region`]
@@ -66,6 +78,7 @@ mod chunk;
 mod evict;
 mod fault;
 mod latency;
+mod pagemap;
 mod uffd_sys;
 
 pub use latency::LatencySummary;
@@ -130,6 +143,14 @@ pub struct Config {
     /// back: the pool is limited to it (stores make room by writing back),
     /// so the rest of the budget holds resident chunks.
     pub pool_share_percent: u32,
+    /// Register a region with userfaultfd only once the instance's regions
+    /// together are larger than the budget (or a `PageOut` hint needs it).
+    /// Until then nothing can ever have to be evicted, so the memory stays
+    /// plain: the kernel maps it as it likes, huge pages included, and no
+    /// access costs a round trip through the handler. At registration the
+    /// pages already there are found in `/proc/self/pagemap` and charged.
+    /// False: every region is registered when it is made.
+    pub defer_register: bool,
 }
 
 /// The swap device the instance writes back to.
@@ -173,16 +194,25 @@ impl Default for Config {
                 psi_trigger: None,
                 ..ZswapConfig::default()
             },
-            // Measured with usemem (mixed, 2x budget, 2 vCPUs): spinning
-            // 200 us after a fault served ~10% more throughput than
-            // sleeping in poll(2) between faults.
-            handler: HandlerMode::Spin { micros: 200 },
-            handler_threads: 1,
+            // Measured with usemem (mixed, 1 GiB over 722 MiB, 2 workers,
+            // 2 vCPUs; docs/BENCHMARKS.md): one handler thread per CPU,
+            // sleeping in poll(2), beat one spinning thread by 10-20%
+            // (seq 490 vs 439 MB/s, skew 298 vs 244): a second handler
+            // overlaps the device reads of concurrent faults, and a
+            // spinning one takes the CPU the workload and the evictor need.
+            handler: HandlerMode::Block,
+            handler_threads: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(4),
             evict_batch_bytes: 0,
             keep_copy: true,
             zero_fill_around: 2 << 20,
             writeback: Some(Writeback::default()),
-            pool_share_percent: 40,
+            // usemem skew, 2 vCPUs: 20% beat 40% by 15-60% on every
+            // pattern at both 2x and 1.4x the budget: a bigger resident set
+            // saves more faults than a bigger pool saves device reads.
+            pool_share_percent: 20,
+            defer_register: true,
         }
     }
 }
@@ -225,6 +255,9 @@ pub struct UzswapStats {
     pub swap_capacity_pages: u64,
     /// Largest resident + pool seen at any charge point.
     pub peak_bytes: u64,
+    /// Bytes of regions not registered yet (`Config::defer_register`): plain
+    /// memory, not in `resident_bytes` or `peak_bytes`, at most the budget.
+    pub unregistered_bytes: u64,
     pub uffd_open: OpenPath,
     pub handler: HandlerMode,
     /// Faults resolved by zero-filling a never-touched chunk.
@@ -292,6 +325,9 @@ struct RegionInner {
     /// False once teardown began. Read-held by anyone touching the memory
     /// or the chunk states with side effects.
     live: RwLock<bool>,
+    /// Registered with the userfaultfd (see `Config::defer_register`); set
+    /// once, under `Shared::mapped`.
+    registered: AtomicBool,
 }
 
 impl RegionInner {
@@ -313,6 +349,10 @@ struct Shared {
     open_path: OpenPath,
     /// Region start address → region.
     regions: RwLock<BTreeMap<usize, Arc<RegionInner>>>,
+    /// Bytes of all live regions, registered or not. Held while a region is
+    /// made, registered or dropped, so registration decisions see a stable
+    /// total.
+    mapped: Mutex<u64>,
     next_region: AtomicU32,
     resident: AtomicU64,
     peak: AtomicU64,
@@ -453,6 +493,7 @@ impl Uzswap {
             uffd,
             open_path,
             regions: RwLock::new(BTreeMap::new()),
+            mapped: Mutex::new(0),
             next_region: AtomicU32::new(1),
             resident: AtomicU64::new(0),
             peak: AtomicU64::new(0),
@@ -551,34 +592,6 @@ impl Uzswap {
             if raw + map_len > end {
                 libc::munmap(end as *mut _, raw + map_len - end);
             }
-            // Faults are resolved by whole chunks of 4 KiB pages; khugepaged
-            // collapsing them would only copy memory behind our back.
-            libc::madvise(base as *mut _, len, libc::MADV_NOHUGEPAGE);
-        }
-        let reg = sh.uffd.register_with_mode(
-            base as *mut _,
-            len,
-            RegisterMode::MISSING | RegisterMode::WRITE_PROTECT,
-        );
-        let ioctls = match reg {
-            Ok(i) => i,
-            Err(e) => {
-                // SAFETY: unmapping the region we mapped; nothing else uses it.
-                unsafe { libc::munmap(base as *mut _, len) };
-                return Err(RegionError::Unavailable(format!(
-                    "UFFDIO_REGISTER (missing + write-protect): {e}"
-                )));
-            }
-        };
-        let need = IoctlFlags::COPY | IoctlFlags::WAKE | IoctlFlags::WRITE_PROTECT;
-        if !ioctls.contains(need) {
-            let _ = sh.uffd.unregister(base as *mut _, len);
-            // SAFETY: as above.
-            unsafe { libc::munmap(base as *mut _, len) };
-            return Err(RegionError::Unavailable(format!(
-                "registered range lacks ioctls {:?} (anonymous write-protect unsupported?)",
-                need.difference(ioctls)
-            )));
         }
         let nchunks = len / chunk;
         let inner = Arc::new(RegionInner {
@@ -590,8 +603,32 @@ impl Uzswap {
                 .collect(),
             shadow: (0..nchunks).map(|_| AtomicU32::new(0)).collect(),
             live: RwLock::new(true),
+            registered: AtomicBool::new(false),
         });
+        let mut mapped = sh.mapped.lock();
+        let total = *mapped + len as u64;
+        if !sh.cfg.defer_register || total > sh.cfg.budget {
+            if let Err(e) = register(sh, &inner) {
+                // SAFETY: unmapping the region we mapped; nothing else uses it.
+                unsafe { libc::munmap(base as *mut _, len) };
+                return Err(e);
+            }
+            // The regions made so far fit the budget together; this one
+            // does not, so from now on eviction may need any of them.
+            for r in sh.snapshot_regions() {
+                if !r.registered.load(Acquire) {
+                    if let Err(e) = register(sh, &r) {
+                        let _ = sh.uffd.unregister(base as *mut _, len);
+                        // SAFETY: as above.
+                        unsafe { libc::munmap(base as *mut _, len) };
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        *mapped = total;
         sh.regions.write().insert(base, inner.clone());
+        drop(mapped);
         Ok(Region {
             owner: self.owner.clone(),
             inner,
@@ -619,6 +656,74 @@ impl Uzswap {
     pub fn zswap(&self) -> &Zswap {
         &self.owner.sh.zswap
     }
+}
+
+/// Register `r` with the userfaultfd and take charge of the pages it has
+/// already (see `Config::defer_register`). Called with `Shared::mapped` held.
+///
+/// Order matters: register first, then look. A page that appears after the
+/// registration went through the handler (charged there); a page present
+/// when we look cannot go away. A chunk whose every page is there (present,
+/// or swapped out by the kernel) becomes RESIDENT here. A chunk with only
+/// some pages is left UNTOUCHED and one of its holes is read: the missing
+/// fault that raises has the handler zero-fill the holes (pages already
+/// there answer EEXIST and are kept), so RESIDENT keeps meaning "every page
+/// mapped" and the evictor never faults on a hole while it reads a chunk.
+fn register(sh: &Shared, r: &RegionInner) -> Result<(), RegionError> {
+    // SAFETY: madvise on the region's own mapping only changes its flags.
+    // Faults are resolved by whole chunks of 4 KiB pages from now on;
+    // khugepaged collapsing them would only copy memory behind our back.
+    unsafe { libc::madvise(r.base as *mut _, r.len, libc::MADV_NOHUGEPAGE) };
+    let ioctls = sh
+        .uffd
+        .register_with_mode(
+            r.base as *mut _,
+            r.len,
+            RegisterMode::MISSING | RegisterMode::WRITE_PROTECT,
+        )
+        .map_err(|e| {
+            RegionError::Unavailable(format!("UFFDIO_REGISTER (missing + write-protect): {e}"))
+        })?;
+    let need = IoctlFlags::COPY | IoctlFlags::WAKE | IoctlFlags::WRITE_PROTECT;
+    if !ioctls.contains(need) {
+        let _ = sh.uffd.unregister(r.base as *mut _, r.len);
+        return Err(RegionError::Unavailable(format!(
+            "registered range lacks ioctls {:?} (anonymous write-protect unsupported?)",
+            need.difference(ioctls)
+        )));
+    }
+    r.registered.store(true, Release);
+    let per = sh.chunk / PAGE_SIZE;
+    let mut holes = Vec::new();
+    let mut charged = 0u64;
+    pagemap::for_each_chunk(r.base, r.len, per, |ci, touched, first_hole| {
+        if touched == 0 {
+            return;
+        }
+        if touched < per {
+            holes.push(r.chunk_addr(ci, sh.chunk) + first_hole * PAGE_SIZE);
+        } else if chunk::transition(
+            &r.state[ci],
+            chunk::UNTOUCHED,
+            chunk::RESIDENT,
+            0,
+            chunk::REF,
+        )
+        .is_ok()
+        {
+            charged += sh.chunk as u64;
+        }
+    })
+    .map_err(|e| RegionError::Os(format!("reading /proc/self/pagemap: {e}")))?;
+    sh.resident.fetch_add(charged, Relaxed);
+    for a in holes {
+        // SAFETY: `a` is inside the live mapping of `r`; the read raises a
+        // missing fault that the handler threads resolve with zeros.
+        unsafe { std::ptr::read_volatile(a as *const u8) };
+    }
+    sh.note_peak();
+    evict::maybe_kick(sh);
+    Ok(())
 }
 
 /// The cache below, with the swap device of `cfg.writeback` when there is
@@ -677,6 +782,12 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         high_wmark_bytes: sh.high,
         low_wmark_bytes: sh.low,
         resident_bytes: g(&sh.resident),
+        unregistered_bytes: sh
+            .snapshot_regions()
+            .iter()
+            .filter(|r| !r.registered.load(Acquire))
+            .map(|r| r.len as u64)
+            .sum(),
         swap_capacity_pages: sh.zswap.swap_device().map_or(0, |d| d.capacity()),
         peak_bytes: g(&sh.peak),
         uffd_open: sh.open_path,
@@ -726,6 +837,12 @@ impl Region {
         self.inner.id
     }
 
+    /// Whether the region is registered with the userfaultfd yet (see
+    /// `Config::defer_register`): until it is, it is plain memory.
+    pub fn is_registered(&self) -> bool {
+        self.inner.registered.load(Acquire)
+    }
+
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the mapping is live for as long as `self`, readable, and
         // every access is resolved by the fault handler.
@@ -768,6 +885,12 @@ impl Region {
                 Ok(())
             }
             Advice::PageOut => {
+                {
+                    let _mapped = sh.mapped.lock();
+                    if !self.inner.registered.load(Acquire) {
+                        register(sh, &self.inner)?;
+                    }
+                }
                 evict::page_out(sh, &self.inner, chunks);
                 Ok(())
             }
@@ -780,10 +903,13 @@ impl Drop for Region {
     fn drop(&mut self) {
         let sh = &self.owner.sh;
         let r = &self.inner;
+        let mut mapped = sh.mapped.lock();
         // Wait for the evictor or a resolver working on this region, then
         // keep them out.
         *r.live.write() = false;
         sh.regions.write().remove(&r.base);
+        *mapped -= r.len as u64;
+        drop(mapped);
         let mut resident = 0u64;
         for s in r.state.iter() {
             // EVICTING: picked by an evictor that will see `live` false and
@@ -794,7 +920,9 @@ impl Drop for Region {
             }
         }
         sh.resident.fetch_sub(resident, Relaxed);
-        let _ = sh.uffd.unregister(r.base as *mut _, r.len);
+        if r.registered.load(Acquire) {
+            let _ = sh.uffd.unregister(r.base as *mut _, r.len);
+        }
         // SAFETY: the region's mapping; `self` was its only owner and no
         // thread of ours touches it any more (live is false).
         unsafe { libc::munmap(r.base as *mut _, r.len) };
