@@ -79,7 +79,14 @@ pub(super) fn backstop(sh: &Shared) {
     let limit = sh.cfg.budget.saturating_sub(store_margin(sh.chunk));
     // Every handler thread may be about to install a chunk at once.
     let incoming = (sh.chunk * sh.cfg.handler_threads) as u64;
-    if sh.usage() + incoming <= limit || futile(sh) {
+    if sh.usage() + incoming <= limit {
+        return;
+    }
+    // While eviction is futile (incompressible chunks: storing them frees
+    // nothing until writeback moves their copies to the device), faults
+    // install into the margin without trying; one that would pass the
+    // budget itself makes room first, writing back before it evicts.
+    if futile(sh) && sh.usage() + incoming <= sh.cfg.budget {
         return;
     }
     let mut clock = sh.evict_lock.lock();
