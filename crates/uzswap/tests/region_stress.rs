@@ -31,17 +31,22 @@ fn words(base: *mut u8, page: usize) -> &'static mut [u64] {
 }
 
 fn run_model(cfg: Config, region_bytes: usize, threads: usize, secs: f64) -> (u64, u64) {
-    let (bad, ops, _) = run_model_stats(cfg, region_bytes, threads, secs);
+    let (bad, ops, _) = run_model_stats(cfg, region_bytes, threads, secs, 0);
     (bad, ops)
 }
 
 /// `run_model`, also returning the instance's figures at the end (default
-/// figures when userfaultfd is unavailable and nothing ran).
+/// figures when userfaultfd is unavailable and nothing ran). With `late`
+/// bytes, a second region of that size is made a third of the way in and
+/// filled, while the threads run: with a budget above `region_bytes`, the
+/// model's region is plain memory until then and is registered under the
+/// threads' feet.
 fn run_model_stats(
     cfg: Config,
     region_bytes: usize,
     threads: usize,
     secs: f64,
+    late: usize,
 ) -> (u64, u64, Option<UzswapStats>) {
     let Some(uz) = instance(cfg) else {
         return (0, 0, None);
@@ -55,6 +60,7 @@ fn run_model_stats(
     let mismatches = AtomicU64::new(0);
     let ops = AtomicU64::new(0);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut other = None;
     std::thread::scope(|s| {
         for t in 0..threads {
             let (model, mismatches, ops) = (&model, &mismatches, &ops);
@@ -100,6 +106,16 @@ fn run_model_stats(
                 ops.fetch_add(n, Relaxed);
             });
         }
+        if late > 0 {
+            std::thread::sleep(Duration::from_secs_f64(secs / 3.0));
+            let mut r = uz.region(late).unwrap();
+            assert!(
+                region.is_registered(),
+                "the second region passed the budget"
+            );
+            r.as_mut_slice().fill(0x5a);
+            other = Some(r);
+        }
     });
     // Final sweep: every page as the model says.
     for (p, m) in model.iter().enumerate() {
@@ -132,13 +148,20 @@ fn run_model_stats(
     );
     // Once the evictor and the handler are idle, the charge equals the
     // mapped chunks (an eviction batch may still be in flight right now).
+    if let Some(r) = &other {
+        assert!(
+            r.as_slice().iter().all(|&b| b == 0x5a),
+            "second region intact"
+        );
+    }
+    let mapped = || region.resident_bytes() + other.as_ref().map_or(0, |r| r.resident_bytes());
     let t = Instant::now();
-    while uz.stats().resident_bytes != region.resident_bytes() && t.elapsed().as_secs() < 3 {
+    while uz.stats().resident_bytes != mapped() && t.elapsed().as_secs() < 3 {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
         uz.stats().resident_bytes,
-        region.resident_bytes(),
+        mapped(),
         "resident charge matches the chunks"
     );
     assert!(
@@ -292,7 +315,7 @@ fn model_holds_with_most_pages_written_back() {
             pool_share_percent: 2,
             ..Config::default()
         };
-        let (bad, ops, st) = run_model_stats(cfg, 32 << 20, 3, 1.2);
+        let (bad, ops, st) = run_model_stats(cfg, 32 << 20, 3, 1.2, 0);
         let Some(st) = st else { return };
         assert_eq!(bad, 0, "order {order}: {bad} mismatches in {ops} ops");
         assert!(
@@ -309,5 +332,25 @@ fn model_holds_with_most_pages_written_back() {
             st.peak_bytes,
             st.budget_bytes
         );
+    }
+}
+
+/// Deferred registration under load: the model's region fits the budget and
+/// is plain memory while three threads read and write it; a second region
+/// then takes the total past the budget, so the first is registered (its
+/// touched pages charged, half-touched chunks zero-filled through the
+/// handler) while the threads go on, and eviction follows. Nothing may be
+/// lost across that switch.
+#[test]
+fn model_holds_across_a_late_registration() {
+    for order in [4, 0, 9] {
+        let cfg = Config {
+            budget: 40 << 20,
+            folio_order: order,
+            evict_batch_bytes: 1 << 20,
+            ..Config::default()
+        };
+        let (bad, ops, _) = run_model_stats(cfg, 32 << 20, 3, 1.5, 16 << 20);
+        assert_eq!(bad, 0, "order {order}: {bad} mismatches in {ops} ops");
     }
 }

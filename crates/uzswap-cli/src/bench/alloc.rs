@@ -189,6 +189,17 @@ struct Frag {
     secs: f64,
 }
 
+/// One order-0 slot into `live`, or one more failure.
+fn alloc_small(a: &dyn SlotAllocator, live: &mut Vec<Obj>, used: &mut u64, failed: &mut u64) {
+    match a.alloc(0) {
+        Some(s) => {
+            live.push(Obj::Small(s));
+            *used += 1;
+        }
+        None => *failed += 1,
+    }
+}
+
 fn fragmentation(a: &dyn SlotAllocator, args: &Args) -> anyhow::Result<Frag> {
     let mut rng = SmallRng::seed_from_u64(args.seed);
     // Probability that a request is order 4.
@@ -202,7 +213,7 @@ fn fragmentation(a: &dyn SlotAllocator, args: &Args) -> anyhow::Result<Frag> {
     let mut used = 0u64;
     let target = (a.capacity() as f64 * args.fill) as u64;
     let mut live: Vec<Obj> = Vec::new();
-    let (mut attempts, mut fallbacks, mut failed) = (0, 0, 0);
+    let (mut attempts, mut fallbacks, mut failed) = (0, 0, 0u64);
     let t0 = Instant::now();
     let mut step = 0u64;
     // Fill, warm up for frag_ops steps, then measure frag_ops steps.
@@ -228,22 +239,10 @@ fn fragmentation(a: &dyn SlotAllocator, args: &Args) -> anyhow::Result<Frag> {
                 // The folio is split: its pages live on as order-0 pages.
                 fallbacks += 1;
                 for _ in 0..16 {
-                    match a.alloc(0) {
-                        Some(s) => {
-                            live.push(Obj::Small(s));
-                            used += 1;
-                        }
-                        None => failed += 1,
-                    }
+                    alloc_small(a, &mut live, &mut used, &mut failed);
                 }
             } else {
-                match a.alloc(0) {
-                    Some(s) => {
-                        live.push(Obj::Small(s));
-                        used += 1;
-                    }
-                    None => failed += 1,
-                }
+                alloc_small(a, &mut live, &mut used, &mut failed);
             }
         } else {
             let i = rng.gen_range(0..live.len());

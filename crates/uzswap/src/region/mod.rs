@@ -670,6 +670,10 @@ impl Uzswap {
 /// there answer EEXIST and are kept), so RESIDENT keeps meaning "every page
 /// mapped" and the evictor never faults on a hole while it reads a chunk.
 fn register(sh: &Shared, r: &RegionInner) -> Result<(), RegionError> {
+    // Opened before anything changes: once the range is registered, a
+    // failure here would leave pages nobody charged.
+    let pagemap =
+        pagemap::open().map_err(|e| RegionError::Os(format!("opening /proc/self/pagemap: {e}")))?;
     // SAFETY: madvise on the region's own mapping only changes its flags.
     // Faults are resolved by whole chunks of 4 KiB pages from now on;
     // khugepaged collapsing them would only copy memory behind our back.
@@ -696,7 +700,7 @@ fn register(sh: &Shared, r: &RegionInner) -> Result<(), RegionError> {
     let per = sh.chunk / PAGE_SIZE;
     let mut holes = Vec::new();
     let mut charged = 0u64;
-    pagemap::for_each_chunk(r.base, r.len, per, |ci, touched, first_hole| {
+    pagemap::for_each_chunk(&pagemap, r.base, r.len, per, |ci, touched, first_hole| {
         if touched == 0 {
             return;
         }

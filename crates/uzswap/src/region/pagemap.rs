@@ -13,17 +13,24 @@ const SWAPPED: u64 = 1 << 62;
 /// Entries read per `pread`: 512 KiB of pagemap, 256 MiB of memory.
 const BATCH: usize = 64 << 10;
 
+/// Open the process's pagemap. Separate from the scan so a caller can fail
+/// before it changes anything (registration opens first, registers, then
+/// scans).
+pub(super) fn open() -> std::io::Result<File> {
+    File::open("/proc/self/pagemap")
+}
+
 /// Call `f(chunk index, pages of it present or swapped, first page index
 /// within the chunk that is neither)` for every chunk of `per` pages of the
 /// `len` bytes at `base` (both chunk-aligned). `first_hole` is `per` when
 /// the chunk has no hole.
 pub(super) fn for_each_chunk(
+    file: &File,
     base: usize,
     len: usize,
     per: usize,
     mut f: impl FnMut(usize, usize, usize),
 ) -> std::io::Result<()> {
-    let file = File::open("/proc/self/pagemap")?;
     let first = base / PAGE_SIZE;
     let npages = len / PAGE_SIZE;
     // Whole chunks per read, so a chunk never straddles two reads.
@@ -81,7 +88,10 @@ mod tests {
             unsafe { *((base + page * PAGE_SIZE) as *mut u8) = 1 };
         }
         let mut seen = Vec::new();
-        for_each_chunk(base, len, per, |ci, t, h| seen.push((ci, t, h))).unwrap();
+        for_each_chunk(&open().unwrap(), base, len, per, |ci, t, h| {
+            seen.push((ci, t, h))
+        })
+        .unwrap();
         // SAFETY: our mapping.
         unsafe { libc::munmap(p, len) };
         assert_eq!(seen, vec![(0, 4, 4), (1, 2, 0), (2, 0, 0), (3, 0, 0)]);
