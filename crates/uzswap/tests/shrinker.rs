@@ -385,3 +385,166 @@ fn concurrent_writeback_keeps_content() {
     assert!(ops > 1000 && s.written_back_pages > 0, "ops {ops} {s:?}");
     assert_eq!(s.checksum_fail + s.decompress_fail, 0);
 }
+
+/// Clean copies (`LoadMode::KeepClean`) leave the LRU, count in
+/// `clean_pages`, and a claim makes them ordinary entries again; a copy the
+/// cache dropped is reported by the claim, not returned.
+#[test]
+fn clean_copies_are_claimed_or_dropped() {
+    let z = Zswap::new(cfg(u64::MAX, None)).unwrap();
+    let order = 4;
+    let n = 1u64 << order;
+    let mut buf = vec![0u8; PAGE_SIZE << order];
+    for f in 0..4u64 {
+        let data: Vec<u8> = (0..n).flat_map(|i| page(f * n + i, 7)).collect();
+        z.store_folio(SwapEntry::new(0, f * n), order, &data)
+            .unwrap();
+    }
+    for f in 0..4u64 {
+        z.load_folio(
+            SwapEntry::new(0, f * n),
+            order,
+            &mut buf,
+            LoadMode::KeepClean,
+        )
+        .unwrap();
+        let want: Vec<u8> = (0..n).flat_map(|i| page(f * n + i, 7)).collect();
+        assert!(buf == want, "folio {f}");
+    }
+    let s = z.stats();
+    assert_eq!(
+        (s.stored_pages, s.clean_pages, s.lru_pages),
+        (4 * n, 4 * n, 0)
+    );
+
+    // Claimed: back on the LRU, out of the cache's reach.
+    assert!(z.claim_clean(SwapEntry::new(0, 0), order));
+    let s = z.stats();
+    assert_eq!((s.clean_pages, s.lru_pages), (3 * n, n));
+
+    // Dropped oldest first (folio 1 became clean before 2 and 3, in its
+    // shard), freeing pool memory with no device at all.
+    let pool = z.stats().pool_total_size;
+    let freed = z.drop_clean(u64::MAX);
+    let s = z.stats();
+    assert!(freed > 0);
+    assert_eq!(
+        (s.clean_pages, s.clean_dropped, s.stored_pages),
+        (0, 3 * n, n)
+    );
+    assert!(s.pool_total_size < pool, "{} !< {pool}", s.pool_total_size);
+    for f in 1..4u64 {
+        assert!(!z.claim_clean(SwapEntry::new(0, f * n), order), "folio {f}");
+        assert!(!z.contains(SwapEntry::new(0, f * n)));
+    }
+    // The claimed folio was not touched and still loads.
+    for i in 0..n {
+        check(&z, SwapEntry::new(0, i), 7, LoadMode::KeepCopy);
+    }
+    assert_eq!(z.drop_clean(u64::MAX), 0);
+}
+
+/// Every path that needs pool room frees clean copies before it writes a
+/// unique page back: a store over the pool limit makes room from clean
+/// copies alone.
+#[test]
+fn clean_copies_go_before_writeback() {
+    let z = Zswap::new(cfg(2 << 20, Some(64))).unwrap();
+    let mut out = vec![0u8; PAGE_SIZE];
+    let mut i = 0u64;
+    // Fill the pool close to its limit.
+    while z.stats().pool_total_size < (2 << 20) * 15 / 16 {
+        z.store(SwapEntry::new(0, i), &page(i, 3)).unwrap();
+        i += 1;
+    }
+    let wb_before = z.stats().zswpwb;
+    assert_eq!(wb_before, 0);
+    // Half of what is stored becomes clean copies of pages "held" here.
+    for k in 0..i / 2 {
+        z.load(SwapEntry::new(0, k), &mut out, LoadMode::KeepClean)
+            .unwrap();
+    }
+    // Store past the limit.
+    let dropped_before = z.stats().clean_dropped;
+    for k in 0..64 {
+        let key = i + k;
+        z.store(SwapEntry::new(0, key), &page(key, 3)).unwrap();
+    }
+    let s = z.stats();
+    assert!(s.pool_limit_hit > 0, "the stores never reached the limit");
+    assert!(
+        s.clean_dropped > dropped_before,
+        "no clean copy dropped: {s:?}"
+    );
+    assert_eq!(
+        s.zswpwb, wb_before,
+        "wrote back while clean copies were left"
+    );
+    // Overshoot is at most one folio's worth of pool growth.
+    assert!(s.pool_total_size <= (2 << 20) + (64 << 10), "{s:?}");
+    // Unique pages all still load byte-exact.
+    for k in i / 2..i + 64 {
+        check(&z, SwapEntry::new(0, k), 3, LoadMode::KeepCopy);
+    }
+}
+
+/// Claims race drops: a folio whose claim succeeds loads byte-exact after
+/// it, one whose claim fails is stored afresh, and none is ever lost.
+#[test]
+fn claims_racing_drops_lose_nothing() {
+    let z = Arc::new(Zswap::new(cfg(u64::MAX, None)).unwrap());
+    let order = 2;
+    let n = 1u64 << order;
+    let folios = 256u64;
+    let data = |f: u64| -> Vec<u8> { (0..n).flat_map(|i| page(f * n + i, 11)).collect() };
+    for f in 0..folios {
+        z.store_folio(SwapEntry::new(1, f * n), order, &data(f))
+            .unwrap();
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dropper = {
+        let (z, stop) = (z.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                z.drop_clean(3 * PAGE_SIZE as u64);
+                std::thread::yield_now();
+            }
+        })
+    };
+    let mut buf = vec![0u8; PAGE_SIZE << order];
+    let (mut claimed, mut restored) = (0, 0);
+    for round in 0..20 {
+        for f in 0..folios {
+            let first = SwapEntry::new(1, f * n);
+            z.load_folio(first, order, &mut buf, LoadMode::KeepClean)
+                .unwrap_or_else(|e| panic!("round {round} folio {f}: {e}"));
+            assert!(buf == data(f), "round {round} folio {f}: content differs");
+            // The caller "holds" the folio in `buf`; now it evicts it again.
+            if z.claim_clean(first, order) {
+                claimed += 1;
+            } else {
+                z.store_folio(first, order, &buf).unwrap();
+                restored += 1;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    dropper.join().unwrap();
+    for f in 0..folios {
+        z.load_folio(
+            SwapEntry::new(1, f * n),
+            order,
+            &mut buf,
+            LoadMode::Exclusive,
+        )
+        .unwrap();
+        assert!(buf == data(f), "folio {f} at the end");
+    }
+    let s = z.stats();
+    assert_eq!((s.stored_pages, s.clean_pages, s.lru_pages), (0, 0, 0));
+    eprintln!(
+        "claimed {claimed}, stored afresh {restored}, dropped {}",
+        s.clean_dropped
+    );
+    assert!(claimed > 0 && restored > 0, "the race never went both ways");
+}

@@ -91,6 +91,9 @@ pub(super) fn backstop(sh: &Shared) {
     }
     let mut clock = sh.evict_lock.lock();
     while sh.usage() + incoming > limit {
+        if drop_clean_copies(sh, sh.usage() + incoming - limit) {
+            continue;
+        }
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
         match evict_batch(sh, &mut clock) {
             // Nothing resident to take: the pool alone fills the budget
@@ -108,6 +111,15 @@ pub(super) fn backstop(sh: &Shared) {
             Some(_) => {}
         }
     }
+}
+
+/// Free clean copies in the cache (pool copies of CLEAN chunks) before
+/// evicting anything: they duplicate chunks that are mapped, so freeing
+/// them keeps every chunk resident and costs no I/O, only a recompression
+/// if such a chunk is evicted later. True if usage went down.
+fn drop_clean_copies(sh: &Shared, want: u64) -> bool {
+    let before = sh.usage();
+    sh.zswap.drop_clean(want) > 0 && sh.usage() < before
 }
 
 pub(super) fn evictor_loop(sh: &Shared) {
@@ -132,6 +144,9 @@ pub(super) fn evictor_loop(sh: &Shared) {
         }
         sh.evictor_busy.store(true, Relaxed);
         while sh.usage() > sh.low && !sh.stop.load(Acquire) {
+            if drop_clean_copies(sh, sh.usage() - sh.low) {
+                continue;
+            }
             let freed = {
                 let mut clock = sh.evict_lock.lock();
                 evict_batch(sh, &mut clock)
@@ -320,11 +335,14 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
     let mut stored = vec![false; run.len()];
     for (k, v) in run.iter().enumerate() {
         let first = sh.entry(r, v.ci);
-        // A clean chunk's copy may have been written back meanwhile; it is
-        // dropped all the same. Storing it afresh instead (so its next fault
-        // is served from memory) measured slower on usemem mixed/skew: each
-        // re-store pushes another cold page out, and writeback churned 5x.
-        if v.clean && sh.zswap.contains(first) {
+        // A clean chunk's copy is claimed (from then on the cache cannot
+        // drop it) and the chunk is zapped with no store. Pages of it that
+        // were on the device stay there: storing them afresh instead (so the
+        // next fault is served from memory) measured slower on usemem
+        // mixed/skew, each re-store pushing another cold page out. If the
+        // cache dropped the copy to make room, the chunk is stored like a
+        // resident one (the store replaces whatever is left of the copy).
+        if v.clean && sh.zswap.claim_clean(first, sh.order) {
             stored[k] = true;
             sh.resident.fetch_sub(chunk as u64, Relaxed);
             sh.ctr.evicted_clean.fetch_add(1, Relaxed);

@@ -186,7 +186,7 @@ fn install(
     let base = r.chunk_addr(ci, sh.chunk);
     let keep = sh.cfg.keep_copy && !write;
     let mode = if keep {
-        LoadMode::KeepCopy
+        LoadMode::KeepClean
     } else {
         LoadMode::Exclusive
     };

@@ -17,11 +17,12 @@
 //!   UNTOUCHED --missing fault: zero-fill (BUSY)--------------> RESIDENT
 //!   UNTOUCHED --late registration finds every page there------> RESIDENT
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
-//!   STORED    --missing read fault, keep_copy: load keeping
-//!               the pool copy, install write-protected (BUSY)-> CLEAN
-//!   CLEAN     --write-protect fault: drop pool copy, unprotect (BUSY)-> RESIDENT
+//!   STORED    --missing read fault, keep_copy: load keeping a
+//!               clean copy, install write-protected (BUSY)----> CLEAN
+//!   CLEAN     --write-protect fault: drop the copy, unprotect (BUSY)-> RESIDENT
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
-//!   CLEAN     --evict: zap only, pool already holds it (EVICTING)-> STORED
+//!   CLEAN     --evict: claim the copy, zap only (EVICTING)----> STORED
+//!   CLEAN     --evict, copy dropped by the cache: store, zap (EVICTING)-> STORED
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
 //! ```
 //! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
@@ -31,9 +32,10 @@
 //! range. A woken write on a chunk that became STORED retries, takes a
 //! missing fault and is served from the pool: the write lands on the stored
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
-//! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN implies
-//! mapped, write-protected and pool copy present; STORED implies unmapped and
-//! every page of the chunk in the cache.
+//! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN
+//! implies mapped and write-protected, with its copy in the cache unless the
+//! cache dropped it for room (`zswap::LoadMode::KeepClean`); STORED implies
+//! unmapped and every page of the chunk in the cache.
 //!
 //! # Budget
 //! `resident bytes + zswap.pool_total_size() <= budget`. A chunk is charged

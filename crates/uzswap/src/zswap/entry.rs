@@ -82,6 +82,13 @@ pub(crate) struct ZswapEntry {
     /// write back a copy of a resident page, until
     /// [`Zswap::unpin_folio`](super::Zswap::unpin_folio) puts it back.
     pub pinned: bool,
+    /// A pool entry that is a droppable copy of a page the caller holds
+    /// unchanged (a `LoadMode::KeepClean` load): off the LRU, on its shard's
+    /// clean ring. The cache frees clean copies, oldest first and without
+    /// I/O, before it writes anything back; the caller claims the copy
+    /// ([`Zswap::claim_clean`](super::Zswap::claim_clean)) before it relies
+    /// on it again.
+    pub clean: bool,
 }
 
 impl ZswapEntry {
@@ -94,7 +101,7 @@ impl ZswapEntry {
 
     /// Pool entries are the LRU's members (kernel: entries with a length).
     pub fn on_lru(&self) -> bool {
-        matches!(self.payload, Payload::Pool { .. }) && !self.pinned
+        matches!(self.payload, Payload::Pool { .. }) && !self.pinned && !self.clean
     }
 
     pub fn slot(&self) -> Option<crate::swap::SwapSlot> {

@@ -100,7 +100,7 @@ impl Zswap {
                     }
                 }
             }
-            LoadMode::KeepCopy | LoadMode::KeepPinned => {
+            LoadMode::KeepCopy | LoadMode::KeepPinned | LoadMode::KeepClean => {
                 let mut shard = self.tree.lock(first, n as u64);
                 let mut entries = Vec::with_capacity(n);
                 for i in 0..n as u64 {
@@ -155,6 +155,11 @@ impl Zswap {
                         if pin {
                             shard.pin(key);
                         }
+                    }
+                }
+                if mode == LoadMode::KeepClean {
+                    for i in 0..n as u64 {
+                        shard.mark_clean(first.offset(i));
                     }
                 }
                 drop(shard);

@@ -73,6 +73,7 @@
 //! stored so a corrupt page is reported again rather than mistaken for a
 //! never-stored one.
 
+mod clean;
 mod entry;
 mod invalidate;
 mod limits;
@@ -111,6 +112,14 @@ pub enum LoadMode {
     /// ends the hold with [`Zswap::unpin_folio`] (the copy becomes the most
     /// recent LRU entry) or by invalidating or replacing the copy.
     KeepPinned,
+    /// Keep the copy as a *clean copy*: off the LRU, never written back,
+    /// and freed (oldest first, no I/O) whenever the pool needs room, before
+    /// anything is written back. For a caller that holds the page unchanged
+    /// and can store it again if the copy is gone: it calls
+    /// [`Zswap::claim_clean`] before relying on the copy (on success the
+    /// copy is an ordinary entry again), and invalidates it when the page
+    /// changes.
+    KeepClean,
 }
 
 /// Instance settings. Defaults mirror the kernel's zswap defaults where one
@@ -259,6 +268,8 @@ pub struct Zswap {
     writeback_on: AtomicBool,
     shrinker_on: AtomicBool,
     shrink: Arc<shrinker::Control>,
+    /// Next shard `drop_clean` takes clean copies from.
+    clean_cursor: std::sync::atomic::AtomicUsize,
 }
 
 impl Zswap {
@@ -309,6 +320,7 @@ impl Zswap {
             writeback_on: AtomicBool::new(cfg.writeback_enabled),
             shrinker_on: AtomicBool::new(cfg.shrinker_enabled),
             shrink: Arc::default(),
+            clean_cursor: Default::default(),
             cfg,
         })
     }

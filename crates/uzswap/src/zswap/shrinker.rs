@@ -18,6 +18,10 @@
 //! - **On demand**: [`Zswap::shrink`] (synchronous) and
 //!   [`Zswap::memory_pressure`] (asynchronous, like a PSI event).
 //!
+//! Every path that needs room frees clean copies first (`clean`): they
+//! duplicate pages the caller holds, so dropping them costs no I/O and no
+//! data; only what is still over the target after that is written back.
+//!
 //! # Heuristics (seed 003), proactive runs only
 //! - *Protected region*: recent stores, rotations and refaults (every load)
 //!   add to an estimate of warm entries, halved whenever it exceeds a
@@ -185,6 +189,10 @@ impl Zswap {
         ctx: &mut dyn crate::compress::CompressCtx,
     ) -> ShrinkResult {
         Counters::add(&self.counters.shrink_runs, 1);
+        self.drop_clean(self.pool.total_size().saturating_sub(target));
+        if self.pool.total_size() <= target {
+            return ShrinkResult::default();
+        }
         // Twice the LRU: every entry may need its second chance first.
         let max_scan = self.tree.lru.len().saturating_mul(2);
         let r: ShrinkResult = self
@@ -197,8 +205,6 @@ impl Zswap {
         r
     }
 
-    /// The store path's direct reclaim: write back enough for `incoming`
-    /// more bytes. True if the store now fits under the limit.
     /// Write back about `bytes` of pool memory now, coldest first (second
     /// chance is honoured, the protected region is not: the caller is over
     /// its budget, like direct reclaim). Returns the pool bytes given back;
@@ -208,11 +214,13 @@ impl Zswap {
     /// chunk moves it into the pool at full size, so its budget only drops
     /// once the copy reaches the device.
     pub fn reclaim(&self, bytes: u64) -> u64 {
-        if !self.writeback_possible() {
-            return 0;
-        }
         let before = self.pool.total_size();
         let target = before.saturating_sub(bytes);
+        // Clean copies first: freeing them costs no I/O.
+        self.drop_clean(bytes);
+        if self.pool.total_size() <= target || !self.writeback_possible() {
+            return before.saturating_sub(self.pool.total_size());
+        }
         let max_scan = bytes.div_ceil(512) + 128;
         self.engine.with_ctx(|ctx| {
             self.writeback_walk(max_scan, false, ctx, |z| z.pool.total_size() <= target)
@@ -220,7 +228,18 @@ impl Zswap {
         before.saturating_sub(self.pool.total_size())
     }
 
+    /// The store path's direct reclaim: make room for `incoming` more bytes
+    /// under the limit, dropping clean copies first and then, when the
+    /// instance can, writing back. True if the store now fits.
     pub(super) fn direct_reclaim(&self, incoming: u64) -> bool {
+        let need = (self.pool.total_size() + incoming).saturating_sub(self.limit.max());
+        self.drop_clean(need);
+        if self.limit.fits(self.pool.total_size(), incoming) {
+            return true;
+        }
+        if !self.writeback_possible() {
+            return false;
+        }
         let cur = self.pool.total_size();
         let need = (cur + incoming).saturating_sub(self.limit.max());
         // A bound, not a goal: objects average well under a page, and a
@@ -337,6 +356,10 @@ fn shrinker_thread(weak: Weak<Zswap>, ctl: Arc<Control>) {
         if z.shrinker_on.load(Relaxed) {
             z.shrink.share_pending.store(false, Relaxed);
             let share = z.cfg.pool_share_bytes;
+            if z.pool.total_size() > share {
+                // Clean copies go before any unique page is written back.
+                z.drop_clean(z.pool.total_size() - share);
+            }
             if z.pool.total_size() > share {
                 z.proactive_shrink(u64::MAX, ctx, |z| z.pool.total_size() <= share);
             }

@@ -28,6 +28,7 @@ pub(crate) struct Counters {
     pub pswpin: AtomicU64,
     pub swap_reads: AtomicU64,
     pub promoted_pages: AtomicU64,
+    pub clean_dropped: AtomicU64,
     pub device_pages: AtomicU64,
     pub shrink_scanned: AtomicU64,
     pub shrink_rotated: AtomicU64,
@@ -95,6 +96,11 @@ pub struct ZswapStats {
     pub swap_reads: u64,
     /// Written-back pages a pinned load brought back into the pool.
     pub promoted_pages: u64,
+    /// Clean copies now: pool entries of pages the caller holds unchanged
+    /// (`LoadMode::KeepClean`), the first thing freed under pressure.
+    pub clean_pages: u64,
+    /// Clean copies freed to make room (no I/O: the caller holds the page).
+    pub clean_dropped: u64,
     /// Entries whose page is on the swap device now (not in `stored_pages`).
     pub device_pages: u64,
     /// Entries on the LRU (pool entries).
@@ -156,6 +162,7 @@ impl Counters {
             pswpin: g(&self.pswpin),
             swap_reads: g(&self.swap_reads),
             promoted_pages: g(&self.promoted_pages),
+            clean_dropped: g(&self.clean_dropped),
             device_pages: g(&self.device_pages),
             shrink_scanned: g(&self.shrink_scanned),
             shrink_rotated: g(&self.shrink_rotated),
@@ -175,6 +182,7 @@ impl super::Zswap {
         s.pool_total_size = self.pool.total_size();
         s.max_pool_bytes = self.limit.max();
         s.lru_pages = self.tree.lru.len();
+        s.clean_pages = self.tree.clean_len();
         s.shrink_protected = self.tree.lru.protected();
         s.psi_active = self.shrinker_psi_active();
         s

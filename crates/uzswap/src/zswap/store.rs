@@ -72,9 +72,9 @@ impl Zswap {
             // threshold. Unlike the kernel, whose rejected page goes to swap
             // by itself, the caller here has nowhere else to put it, so make
             // room for this folio now (direct reclaim, bounded to what it
-            // needs) when writeback can.
+            // needs): clean copies first, then writeback when it can.
             self.kick_limit_shrink();
-            if !(self.writeback_possible() && self.direct_reclaim(incoming)) {
+            if !self.direct_reclaim(incoming) {
                 return Err(StoreError::PoolLimit);
             }
         }
@@ -152,6 +152,7 @@ impl Zswap {
                     referenced: true,
                     lru_seq: 0,
                     pinned: false,
+                    clean: false,
                 });
             }
         }
@@ -196,6 +197,7 @@ impl Zswap {
             referenced: true,
             lru_seq: 0,
             pinned: false,
+            clean: false,
         })
     }
 

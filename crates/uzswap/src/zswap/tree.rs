@@ -11,6 +11,10 @@
 //! it a fresh `lru_seq` and a node at the ring's tail; removing or replacing
 //! one leaves its node stale (see `lru`); the count of LRU members and the
 //! published ring head are updated here and nowhere else.
+//!
+//! Clean copies (`ZswapEntry::clean`) sit on a second ring per shard, in the
+//! order they became clean, with the same lazy removal: a node is live while
+//! its entry is still clean and carries its `seq`. `Tree::clean` counts them.
 
 use super::entry::{SwapEntry, ZswapEntry};
 use super::lru::{Lru, Node, ShardLru};
@@ -30,6 +34,8 @@ pub(crate) type Map = FxHashMap<u64, ZswapEntry>;
 pub(crate) struct Shard {
     map: Map,
     lru: ShardLru,
+    /// Clean copies, oldest first (nodes as in `lru`).
+    clean: std::collections::VecDeque<Node>,
     /// (first key, pages) of exclusive loads in flight in this shard.
     loading: Vec<(u64, u64)>,
 }
@@ -37,6 +43,8 @@ pub(crate) struct Shard {
 pub(crate) struct Tree {
     shards: Box<[Mutex<Shard>]>,
     len: AtomicU64,
+    /// Clean copies in the tree (entries with `clean` set).
+    clean: AtomicU64,
     pub lru: Lru,
 }
 
@@ -45,6 +53,7 @@ impl Tree {
         Tree {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             len: AtomicU64::new(0),
+            clean: AtomicU64::new(0),
             lru: Lru::new(SHARDS),
         }
     }
@@ -75,6 +84,14 @@ impl Tree {
     pub fn len(&self) -> u64 {
         self.len.load(Ordering::Relaxed)
     }
+
+    /// Clean copies in the tree.
+    pub fn clean_len(&self) -> u64 {
+        self.clean.load(Ordering::Relaxed)
+    }
+
+    /// Shards, for walks that visit them by index.
+    pub const SHARDS: usize = SHARDS;
 
     /// Visit every shard in turn (stats, teardown). Takes each lock briefly.
     pub fn for_each_shard(&self, mut f: impl FnMut(&mut ShardGuard<'_>)) {
@@ -114,6 +131,7 @@ impl ShardGuard<'_> {
     pub fn insert(&mut self, key: SwapEntry, mut e: ZswapEntry) -> Option<ZswapEntry> {
         e.lru_seq = 0;
         e.pinned = false;
+        e.clean = false;
         if e.on_lru() {
             e.lru_seq = self.tree.lru.next_seq();
             self.shard.lru.ring.push_back(Node {
@@ -127,8 +145,7 @@ impl ShardGuard<'_> {
             None => {
                 self.tree.len.fetch_add(1, Ordering::Relaxed);
             }
-            Some(o) if o.on_lru() => self.tree.lru.removed(1),
-            Some(_) => {}
+            Some(o) => self.left(o),
         }
         self.maybe_filter_ring();
         old
@@ -137,11 +154,19 @@ impl ShardGuard<'_> {
         let old = self.shard.map.remove(&key.0);
         if let Some(o) = &old {
             self.tree.len.fetch_sub(1, Ordering::Relaxed);
-            if o.on_lru() {
-                self.tree.lru.removed(1);
-            }
+            self.left(o);
         }
         old
+    }
+
+    /// The LRU and clean counts of an entry that left the map.
+    fn left(&self, o: &ZswapEntry) {
+        if o.on_lru() {
+            self.tree.lru.removed(1);
+        }
+        if o.clean {
+            self.tree.clean.fetch_sub(1, Ordering::Relaxed);
+        }
     }
     /// Remove every key matching `pred`, handing each removed entry to `out`.
     pub fn drain_matching(
@@ -157,6 +182,9 @@ impl ShardGuard<'_> {
                 tree.len.fetch_sub(1, Ordering::Relaxed);
                 if e.on_lru() {
                     tree.lru.removed(1);
+                }
+                if e.clean {
+                    tree.clean.fetch_sub(1, Ordering::Relaxed);
                 }
                 false
             } else {
@@ -207,6 +235,53 @@ impl ShardGuard<'_> {
             }
             _ => false,
         }
+    }
+
+    /// Make the LRU entry under `key` a clean copy: off the LRU, at the tail
+    /// of the clean ring. False if it is not on the LRU (same-filled,
+    /// written back, pinned, already clean, absent).
+    pub fn mark_clean(&mut self, key: SwapEntry) -> bool {
+        let seq = self.tree.lru.next_seq();
+        match self.shard.map.get_mut(&key.0) {
+            Some(e) if e.on_lru() => {
+                e.clean = true;
+                e.lru_seq = seq;
+                self.shard.clean.push_back(Node { key: key.0, seq });
+                self.tree.lru.removed(1);
+                self.tree.clean.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether `key` is stored; a clean copy under it becomes an ordinary
+    /// entry again, the most recent on the LRU.
+    pub fn claim(&mut self, key: SwapEntry) -> bool {
+        let seq = self.tree.lru.next_seq();
+        let Some(e) = self.shard.map.get_mut(&key.0) else {
+            return false;
+        };
+        if e.clean {
+            e.clean = false;
+            e.lru_seq = seq;
+            self.shard.lru.ring.push_back(Node { key: key.0, seq });
+            self.tree.lru.added(1);
+            self.tree.clean.fetch_sub(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Take the oldest clean copy out of the map (stale nodes on the way
+    /// are dropped).
+    pub fn pop_clean(&mut self) -> Option<(SwapEntry, ZswapEntry)> {
+        while let Some(n) = self.shard.clean.pop_front() {
+            if matches!(self.shard.map.get(&n.key), Some(e) if e.clean && e.lru_seq == n.seq) {
+                let key = SwapEntry(n.key);
+                return self.remove(key).map(|e| (key, e));
+            }
+        }
+        None
     }
 
     /// Switch a written-back entry to the pool object a pinned load just
@@ -271,6 +346,11 @@ impl ShardGuard<'_> {
     /// ring by the map, at O(1) amortised per insert.
     fn maybe_filter_ring(&mut self) {
         let s = &mut *self.shard;
+        if s.clean.len() > 2 * s.map.len() + RING_SLACK {
+            let map = &s.map;
+            s.clean
+                .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.clean));
+        }
         if s.lru.ring.len() > 2 * s.map.len() + RING_SLACK {
             let map = &s.map;
             s.lru
