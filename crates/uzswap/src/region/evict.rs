@@ -6,8 +6,9 @@
 //! CLOCK: the fault is the only reference signal userspace gets for free, so
 //! a chunk is REF when installed; the hand clears REF, then ACTIVE (set by a
 //! workingset refault), then REJECTED (a refused store), and takes a chunk
-//! that has none. Clean chunks (pool copy kept) are taken like any other and
-//! cost only a zap.
+//! that has none. Clean chunks (a clean copy kept in the cache) are taken like
+//! any other and cost only a zap once their copy is claimed. Before evicting
+//! anything, the evictor frees clean copies: they keep no chunk resident.
 //!
 //! Locking: `evict_lock` holds the CLOCK hand and serialises batches (the
 //! evictor thread's, the fault handler's backstop, `PageOut` hints). Inside
