@@ -232,19 +232,17 @@ impl Zswap {
     /// under the limit, dropping clean copies first and then, when the
     /// instance can, writing back. True if the store now fits.
     pub(super) fn direct_reclaim(&self, incoming: u64) -> bool {
-        let need = (self.pool.total_size() + incoming).saturating_sub(self.limit.max());
-        self.drop_clean(need);
+        let need = |z: &Zswap| (z.pool.total_size() + incoming).saturating_sub(z.limit.max());
+        self.drop_clean(need(self));
         if self.limit.fits(self.pool.total_size(), incoming) {
             return true;
         }
         if !self.writeback_possible() {
             return false;
         }
-        let cur = self.pool.total_size();
-        let need = (cur + incoming).saturating_sub(self.limit.max());
         // A bound, not a goal: objects average well under a page, and a
         // span is given back only once all its objects are gone.
-        let max_scan = need.div_ceil(512) + 128;
+        let max_scan = need(self).div_ceil(512) + 128;
         self.engine.with_ctx(|ctx| {
             self.writeback_walk(max_scan, false, ctx, |z| {
                 z.limit.fits(z.pool.total_size(), incoming)

@@ -102,6 +102,16 @@ impl Tree {
     }
 }
 
+/// The LRU and clean counts of an entry that left the map.
+fn left(tree: &Tree, o: &ZswapEntry) {
+    if o.on_lru() {
+        tree.lru.removed(1);
+    }
+    if o.clean {
+        tree.clean.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// One locked shard. Keeps the tree's entry count and the LRU in step with
 /// the map.
 pub(crate) struct ShardGuard<'a> {
@@ -145,7 +155,7 @@ impl ShardGuard<'_> {
             None => {
                 self.tree.len.fetch_add(1, Ordering::Relaxed);
             }
-            Some(o) => self.left(o),
+            Some(o) => left(self.tree, o),
         }
         self.maybe_filter_ring();
         old
@@ -154,20 +164,11 @@ impl ShardGuard<'_> {
         let old = self.shard.map.remove(&key.0);
         if let Some(o) = &old {
             self.tree.len.fetch_sub(1, Ordering::Relaxed);
-            self.left(o);
+            left(self.tree, o);
         }
         old
     }
 
-    /// The LRU and clean counts of an entry that left the map.
-    fn left(&self, o: &ZswapEntry) {
-        if o.on_lru() {
-            self.tree.lru.removed(1);
-        }
-        if o.clean {
-            self.tree.clean.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
     /// Remove every key matching `pred`, handing each removed entry to `out`.
     pub fn drain_matching(
         &mut self,
@@ -180,12 +181,7 @@ impl ShardGuard<'_> {
             if pred(key) {
                 out(key, *e);
                 tree.len.fetch_sub(1, Ordering::Relaxed);
-                if e.on_lru() {
-                    tree.lru.removed(1);
-                }
-                if e.clean {
-                    tree.clean.fetch_sub(1, Ordering::Relaxed);
-                }
+                left(tree, e);
                 false
             } else {
                 true
