@@ -118,6 +118,10 @@ pub struct Args {
     /// re-eviction of an unwritten chunk then compresses it again).
     #[arg(long)]
     pub no_keep_copy: bool,
+    /// uzswap: read faults install the whole chunk, never a single page
+    /// (see `Config::partial_faults`).
+    #[arg(long)]
+    pub no_partial: bool,
     /// uzswap: directory of the swap device written back to (default:
     /// $TMPDIR, else /tmp). The file is unlinked and uses O_DIRECT.
     #[arg(long)]
@@ -321,6 +325,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
                 },
             },
             keep_copy: !args.no_keep_copy,
+            partial_faults: !args.no_partial,
             ..Config::default()
         };
         cfg.zswap.compressor = args.compressor.clone();

@@ -131,11 +131,13 @@ fn run_model_stats(
     }
     let st = uz.stats();
     eprintln!(
-        "{} ops, evicted {} ({} clean), pgmajfault {}, parked {}, wp {}, peak {} budget {}",
+        "{} ops, evicted {} ({} clean), pgmajfault {} ({} partial, {} completed), parked {}, wp {}, peak {} budget {}",
         ops.load(Relaxed),
         st.evicted_chunks,
         st.evicted_clean,
         st.pgmajfault,
+        st.faults_partial,
+        st.partial_filled,
         st.faults_parked,
         st.faults_wp,
         st.peak_bytes,
@@ -188,8 +190,15 @@ fn random_reads_and_writes_match_the_model_under_eviction() {
             evict_batch_bytes: 1 << 20,
             ..Config::default()
         };
-        let (bad, ops) = run_model(cfg, 32 << 20, 3, 1.2);
+        let (bad, ops, st) = run_model_stats(cfg, 32 << 20, 3, 1.2, 0);
         assert_eq!(bad, 0, "order {order}: {bad} mismatches in {ops} ops");
+        if let (Some(st), true) = (st, keep_copy && order > 0) {
+            // Random reads take partial chunks through every transition.
+            assert!(
+                st.faults_partial > 0 && st.partial_filled > 0,
+                "order {order}: {st:?}"
+            );
+        }
     }
 }
 

@@ -106,6 +106,48 @@ fn bad_arguments_are_errors() {
 }
 
 #[test]
+fn load_pages_takes_any_run_inside_a_group() {
+    let z = zswap("lz4");
+    let first = SwapEntry::new(3, 512);
+    let data = folio(Pattern::Text, 512, 4, 9);
+    z.store_folio(first, 4, &data).unwrap();
+    // Pages 3..11 of the folio, keeping copies: content, and nothing taken.
+    let mut out = vec![0u8; 8 * PAGE_SIZE];
+    z.load_pages(first.offset(3), 8, &mut out, LoadMode::KeepClean)
+        .unwrap();
+    assert_eq!(out, data[3 * PAGE_SIZE..11 * PAGE_SIZE]);
+    assert_eq!(z.stats().clean_pages, 8);
+    assert_eq!(z.stored_pages(), 16);
+    // Exclusive: exactly those pages leave.
+    let mut out = vec![0u8; 2 * PAGE_SIZE];
+    z.load_pages(first.offset(14), 2, &mut out, LoadMode::Exclusive)
+        .unwrap();
+    assert_eq!(out, data[14 * PAGE_SIZE..]);
+    assert_eq!(z.stored_pages(), 14);
+    // All or nothing: a run with a missing page changes nothing.
+    let mut out = vec![0u8; 4 * PAGE_SIZE];
+    assert_eq!(
+        z.load_pages(first.offset(12), 4, &mut out, LoadMode::Exclusive),
+        Err(LoadError::NotFound(first.offset(14)))
+    );
+    assert_eq!(z.stored_pages(), 14);
+    // A run across a 2 MiB group, empty, or of the wrong size is refused.
+    let mut big = vec![0u8; 2 * PAGE_SIZE];
+    assert_eq!(
+        z.load_pages(SwapEntry::new(3, 511), 2, &mut big, LoadMode::KeepCopy),
+        Err(LoadError::BadRange(SwapEntry::new(3, 511), 2))
+    );
+    assert!(matches!(
+        z.load_pages(first, 0, &mut [], LoadMode::KeepCopy),
+        Err(LoadError::BadRange(..))
+    ));
+    assert!(matches!(
+        z.load_pages(first, 1, &mut big, LoadMode::KeepCopy),
+        Err(LoadError::BadSize { .. })
+    ));
+}
+
+#[test]
 fn same_filled_pages_take_no_pool_memory() {
     let z = zswap("lz4");
     let zero = folio(Pattern::Zero, 0, 6, 0);

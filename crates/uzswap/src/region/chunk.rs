@@ -1,7 +1,8 @@
 //! The per-chunk state word: one `AtomicU32` per chunk in a dense array per
 //! region. The low 3 bits are the state (see the machine in `region`'s top
-//! comment); the flag bits above them ride along and are updated with the
-//! same compare-and-swap, so a state change never loses a flag.
+//! comment); the flag bits above them (and a PARTIAL chunk's page index)
+//! ride along and are updated with the same compare-and-swap, so a state
+//! change never loses a flag.
 
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
@@ -17,6 +18,10 @@ pub const EVICTING: u32 = 3;
 pub const STORED: u32 = 4;
 /// Owned by a fault resolver or a hint: being installed or re-armed.
 pub const BUSY: u32 = 5;
+/// One page mapped write-protected (index in the word, see [`PART`]) with
+/// its copy kept clean in the pool, the other pages stored: a random read
+/// fault costs one page's decompression, not the chunk's.
+pub const PARTIAL: u32 = 6;
 pub const STATE_MASK: u32 = 0x7;
 
 /// Referenced: set when the chunk is faulted in; CLOCK clears it once
@@ -30,6 +35,38 @@ pub const WAITER: u32 = 1 << 5;
 /// Its last store was refused (poor compression, pool limit): skip it for
 /// one CLOCK pass so the evictor does not spin on it.
 pub const REJECTED: u32 = 1 << 6;
+/// Only one page of the chunk is mapped, the one at [`part_page`]: set in
+/// PARTIAL and kept through the owned states entered from it (BUSY while a
+/// fault completes the chunk, EVICTING), so whoever reads the word knows
+/// what is mapped and charged.
+pub const PART: u32 = 1 << 7;
+const PAGE_SHIFT: u32 = 8;
+/// The page index of a PART word (chunks have at most 512 pages).
+pub const PAGE_BITS: u32 = 0x3ff << PAGE_SHIFT;
+
+/// The flag and index bits of a chunk with only page `p` mapped.
+#[inline]
+pub fn part_bits(p: usize) -> u32 {
+    debug_assert!(p < 512);
+    PART | ((p as u32) << PAGE_SHIFT)
+}
+
+/// The one mapped page of a PART word.
+#[inline]
+pub fn part_page(w: u32) -> Option<usize> {
+    (w & PART != 0).then_some(((w & PAGE_BITS) >> PAGE_SHIFT) as usize)
+}
+
+/// Resident bytes charged for a mapped chunk (RESIDENT, CLEAN, PARTIAL, or
+/// EVICTING from one of them) with word `w`.
+#[inline]
+pub fn charge(w: u32, chunk: usize) -> u64 {
+    if w & PART != 0 {
+        crate::PAGE_SIZE as u64
+    } else {
+        chunk as u64
+    }
+}
 
 #[inline]
 pub fn state(w: u32) -> u32 {

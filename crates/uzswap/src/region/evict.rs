@@ -17,6 +17,7 @@
 
 use super::chunk::{self, *};
 use super::{RegionInner, Shared};
+use crate::PAGE_SIZE;
 use std::ops::Range;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -32,7 +33,27 @@ pub(super) struct Clock {
 struct Victim {
     r: Arc<RegionInner>,
     ci: usize,
-    clean: bool,
+    /// The state it was taken from: RESIDENT, CLEAN or PARTIAL.
+    from: u32,
+    /// PARTIAL: its one mapped page.
+    page: usize,
+}
+
+impl Victim {
+    /// `w`: the chunk's word when it was taken (now EVICTING, ours).
+    fn new(r: &Arc<RegionInner>, ci: usize, w: u32) -> Victim {
+        Victim {
+            r: r.clone(),
+            ci,
+            from: chunk::state(w),
+            page: chunk::part_page(w).unwrap_or(0),
+        }
+    }
+}
+
+/// States the evictor takes chunks from.
+fn evictable(st: u32) -> bool {
+    matches!(st, RESIDENT | CLEAN | PARTIAL)
 }
 
 /// A batch that frees less than this fraction of its size is futile (the
@@ -172,9 +193,8 @@ pub(super) fn evictor_loop(sh: &Shared) {
 /// freed (resident bytes uncharged minus pool growth), or None if no chunk
 /// could be taken.
 fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
-    let want = (sh.batch_bytes / sh.chunk as u64).max(1) as usize;
     let regions = sh.snapshot_regions();
-    let victims = select(clock, &regions, want);
+    let victims = select(clock, &regions, sh.batch_bytes, sh.chunk);
     if victims.is_empty() {
         return None;
     }
@@ -182,8 +202,11 @@ fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
     Some(run_protocol(sh, victims))
 }
 
-fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: usize) -> Vec<Victim> {
-    let mut out = Vec::with_capacity(want);
+/// Take victims by CLOCK until they hold `want` resident bytes (a PARTIAL
+/// chunk holds one page) or every chunk was visited as often as it can need.
+fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: u64, chunk: usize) -> Vec<Victim> {
+    let mut out = Vec::with_capacity((want / chunk as u64) as usize + 1);
+    let mut got = 0u64;
     let total: usize = regions.iter().map(|r| r.state.len()).sum();
     if total == 0 {
         return out;
@@ -197,18 +220,18 @@ fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: usize) -> Vec<V
     if regions[ri].base != clock.base {
         clock.ci = 0;
     }
-    while budget > 0 && out.len() < want {
+    while budget > 0 && got < want {
         let r = &regions[ri];
         let live = r.live.read();
         if *live {
-            while clock.ci < r.state.len() && budget > 0 && out.len() < want {
+            while clock.ci < r.state.len() && budget > 0 && got < want {
                 budget -= 1;
                 let ci = clock.ci;
                 clock.ci += 1;
                 let s = &r.state[ci];
                 let w = s.load(Acquire);
                 let st = chunk::state(w);
-                if st != RESIDENT && st != CLEAN {
+                if !evictable(st) {
                     continue;
                 }
                 let clear = if w & REF != 0 {
@@ -224,12 +247,9 @@ fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: usize) -> Vec<V
                     let _ = chunk::transition(s, st, st, clear, 0);
                     continue;
                 }
-                if chunk::transition(s, st, EVICTING, 0, 0).is_ok() {
-                    out.push(Victim {
-                        r: r.clone(),
-                        ci,
-                        clean: st == CLEAN,
-                    });
+                if let Ok(w) = chunk::transition(s, st, EVICTING, 0, 0) {
+                    got += chunk::charge(w, chunk);
+                    out.push(Victim::new(r, ci, w));
                 }
             }
         } else {
@@ -264,12 +284,10 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
                 std::thread::yield_now();
                 st = chunk::state(s.load(Acquire));
             }
-            if (st == RESIDENT || st == CLEAN) && chunk::transition(s, st, EVICTING, 0, 0).is_ok() {
-                victims.push(Victim {
-                    r: r.clone(),
-                    ci,
-                    clean: st == CLEAN,
-                });
+            if evictable(st) {
+                if let Ok(w) = chunk::transition(s, st, EVICTING, 0, 0) {
+                    victims.push(Victim::new(r, ci, w));
+                }
             }
         }
         if victims.len() >= want {
@@ -282,14 +300,21 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
 }
 
 /// Evict `victims` (all EVICTING, owned by us), run by run of contiguous
-/// chunks so each run costs one write-protect and one zap.
+/// whole chunks so each run costs one write-protect and one zap; a partial
+/// chunk is one page to claim (or store) and zap.
 fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
     let pool_before = sh.zswap.pool_total_size() as i64;
     let mut uncharged = 0i64;
     let mut i = 0;
     while i < victims.len() {
+        if victims[i].from == PARTIAL {
+            uncharged += evict_partial(sh, &victims[i]);
+            i += 1;
+            continue;
+        }
         let mut j = i + 1;
         while j < victims.len()
+            && victims[j].from != PARTIAL
             && Arc::ptr_eq(&victims[j].r, &victims[i].r)
             && victims[j].ci == victims[j - 1].ci + 1
         {
@@ -320,12 +345,7 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
     if let Err(e) = sh.uffd.write_protect(start as *mut _, len) {
         eprintln!("uzswap: evictor: write-protect failed: {e}");
         for v in run {
-            if chunk::release(
-                &r.state[v.ci],
-                if v.clean { CLEAN } else { RESIDENT },
-                0,
-                REJECTED,
-            ) {
+            if chunk::release(&r.state[v.ci], v.from, 0, REJECTED) {
                 sh.wake(r.chunk_addr(v.ci, chunk), chunk);
             }
         }
@@ -343,7 +363,7 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
         // mixed/skew, each re-store pushing another cold page out. If the
         // cache dropped the copy to make room, the chunk is stored like a
         // resident one (the store replaces whatever is left of the copy).
-        if v.clean && sh.zswap.claim_clean(first, sh.order) {
+        if v.from == CLEAN && sh.zswap.claim_clean(first, sh.order) {
             stored[k] = true;
             sh.resident.fetch_sub(chunk as u64, Relaxed);
             sh.ctr.evicted_clean.fetch_add(1, Relaxed);
@@ -412,17 +432,73 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
             continue;
         }
         for v in &run[k..m] {
-            let now = sh.evict_clock.fetch_add(1, Relaxed);
-            r.shadow[v.ci].store(now as u32, Relaxed);
-            sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
-            // A parked writer retries, takes a missing fault and is served
-            // from the copy just stored.
-            if chunk::release(&r.state[v.ci], STORED, REF | ACTIVE | REJECTED, 0) {
-                sh.wake(r.chunk_addr(v.ci, chunk), chunk);
-            }
+            stored_now(sh, r, v.ci);
         }
         k = m;
     }
     drop(live);
     uncharged as i64
+}
+
+/// Victim `v` (EVICTING, ours) has all its pages in the cache and none
+/// mapped: it is STORED now.
+fn stored_now(sh: &Shared, r: &RegionInner, ci: usize) {
+    let now = sh.evict_clock.fetch_add(1, Relaxed);
+    r.shadow[ci].store(now as u32, Relaxed);
+    sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
+    // A parked writer retries, takes a missing fault and is served from
+    // the copy just stored.
+    let clear = REF | ACTIVE | REJECTED | PART | PAGE_BITS;
+    if chunk::release(&r.state[ci], STORED, clear, 0) {
+        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+    }
+}
+
+/// Evict partial chunk `v`: its one mapped page is write-protected since it
+/// was installed, so its clean copy is claimed (or, if the cache dropped
+/// it, the page is stored afresh) and the page zapped. Returns bytes
+/// uncharged from resident.
+fn evict_partial(sh: &Shared, v: &Victim) -> i64 {
+    let r = &v.r;
+    let live = r.live.read();
+    if !*live {
+        return 0;
+    }
+    let key = sh.entry(r, v.ci).offset(v.page as u64);
+    let addr = r.chunk_addr(v.ci, sh.chunk) + v.page * PAGE_SIZE;
+    if sh.zswap.claim_clean(key, 0) {
+        sh.ctr.evicted_clean.fetch_add(1, Relaxed);
+    } else {
+        // SAFETY: the page is mapped (PARTIAL before we took it) and
+        // write-protected, and stays so while we hold `live`.
+        let data = unsafe { std::slice::from_raw_parts(addr as *const u8, PAGE_SIZE) };
+        if sh.zswap.store(key, data).is_err() {
+            sh.ctr.evict_aborts.fetch_add(1, Relaxed);
+            // Still a valid PARTIAL chunk: mapped, protected, copy gone.
+            if chunk::release(&r.state[v.ci], PARTIAL, REF, REJECTED) {
+                sh.wake(r.chunk_addr(v.ci, sh.chunk), sh.chunk);
+            }
+            return 0;
+        }
+    }
+    sh.resident.fetch_sub(PAGE_SIZE as u64, Relaxed);
+    // SAFETY: the page is ours (EVICTING), its content is in the cache, and
+    // a writer would be parked on its write-protection.
+    let rc = unsafe { libc::madvise(addr as *mut _, PAGE_SIZE, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        eprintln!(
+            "uzswap: evictor: MADV_DONTNEED: {}",
+            std::io::Error::last_os_error()
+        );
+        // Mapped and protected still, its copy just claimed: PARTIAL again
+        // once the copy is clean again; simplest is to drop the copy.
+        sh.resident.fetch_add(PAGE_SIZE as u64, Relaxed);
+        sh.zswap.invalidate(key);
+        if chunk::release(&r.state[v.ci], PARTIAL, 0, REJECTED) {
+            sh.wake(r.chunk_addr(v.ci, sh.chunk), sh.chunk);
+        }
+        return 0;
+    }
+    stored_now(sh, r, v.ci);
+    PAGE_SIZE as i64
 }

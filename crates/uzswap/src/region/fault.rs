@@ -13,7 +13,7 @@
 use super::chunk::{self, *};
 use super::uffd_sys::{self, Copy};
 use super::{evict, uffd_fd, RegionError, RegionInner, Shared};
-use crate::zswap::LoadMode;
+use crate::zswap::{LoadError, LoadMode, SwapEntry};
 use crate::PAGE_SIZE;
 use std::ops::Range;
 use std::sync::atomic::Ordering::*;
@@ -122,6 +122,8 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
                 }
                 let res = if st == UNTOUCHED {
                     install_zero_around(sh, &r, ci)
+                } else if let Some(p) = sub_chunk(sh, &r, ci, addr, write) {
+                    install_page(sh, &r, ci, p, scratch)
                 } else {
                     install(sh, &r, ci, write, false, scratch)
                 };
@@ -133,6 +135,32 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
                     } else {
                         sh.lat_zero.record(lat);
                     }
+                }
+                return;
+            }
+            (PARTIAL, _) => {
+                let p = chunk::part_page(w).expect("PARTIAL without its page");
+                if !wp && page == r.chunk_addr(ci, sh.chunk) + p * PAGE_SIZE {
+                    // The page is there: resolved before we read the event.
+                    sh.ctr.faults_stale.fetch_add(1, Relaxed);
+                    sh.wake(page, PAGE_SIZE);
+                    return;
+                }
+                // A second fault in the chunk (it is used beyond one page),
+                // or a write: the whole chunk comes in.
+                evict::backstop(sh);
+                let live = r.live.read();
+                if !*live {
+                    return;
+                }
+                if chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0).is_err() {
+                    continue;
+                }
+                if wp {
+                    sh.ctr.faults_wp.fetch_add(1, Relaxed);
+                }
+                if fill(sh, &r, ci, p, wp || write, scratch) {
+                    sh.lat_pool.record(t0.elapsed().as_nanos() as u64);
                 }
                 return;
             }
@@ -190,10 +218,8 @@ fn install(
     } else {
         LoadMode::Exclusive
     };
-    if let Err(e) = sh
-        .zswap
-        .load_folio(sh.entry(r, ci), sh.order, scratch, mode)
-    {
+    let first = sh.entry(r, ci);
+    if let Err(e) = sh.zswap.load_folio(first, sh.order, scratch, mode) {
         // The stored copy stays where it is; the faulting thread cannot be
         // given wrong data, so the failure is loud.
         chunk::release(&r.state[ci], STORED, 0, 0);
@@ -211,11 +237,12 @@ fn install(
     sh.resident.fetch_add(sh.chunk as u64, Relaxed);
     if let Err(e) = copy_chunk(sh, base, scratch, keep) {
         sh.resident.fetch_sub(sh.chunk as u64, Relaxed);
-        if !keep {
-            // The exclusive load took the only copy: put it back.
-            if let Err(se) = sh.zswap.store_folio(sh.entry(r, ci), sh.order, scratch) {
-                fail(sh, &format!("region {} chunk {ci}: data lost: {se}", r.id));
-            }
+        if keep {
+            unmap_and_restore(sh, r, ci, 0..1 << sh.order, scratch, mode);
+        } else {
+            // Pages placed writable may have been written already: they
+            // stay (a later install skips them), the rest goes back.
+            restore(sh, r, ci, 0..1 << sh.order, scratch, mode);
         }
         // The faulting thread stays parked (woken, it would fault again).
         chunk::release(&r.state[ci], STORED, 0, 0);
@@ -229,6 +256,213 @@ fn install(
     sh.note_peak();
     evict::maybe_kick(sh);
     true
+}
+
+/// Whether a fault at `addr` on stored chunk `ci` installs only its page
+/// (the chunk becoming PARTIAL), and which page. Only reads, with clean
+/// copies on: the page goes in write-protected with its copy kept, so that
+/// eviction is a zap and a write completes the chunk. A fault on the first
+/// page installs the whole chunk: that is where a forward scan enters it,
+/// and a scan would otherwise pay two faults per chunk. So does a fault on
+/// a page written back: a device read costs about the same for the chunk's
+/// slots as for one, and a second fault in the chunk would read again.
+fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, write: bool) -> Option<usize> {
+    if write || !sh.cfg.keep_copy || !sh.cfg.partial_faults || sh.order == 0 {
+        return None;
+    }
+    let p = (addr - r.chunk_addr(ci, sh.chunk)) / PAGE_SIZE;
+    let key = sh.entry(r, ci).offset(p as u64);
+    (p != 0 && !sh.zswap.is_written_back(key)).then_some(p)
+}
+
+/// Install page `p` of stored chunk `ci` (BUSY, ours) write-protected,
+/// keeping its copy clean: the chunk becomes PARTIAL. Returns whether it
+/// was installed; if not, the chunk is back to STORED.
+fn install_page(sh: &Shared, r: &RegionInner, ci: usize, p: usize, scratch: &mut [u8]) -> bool {
+    let base = r.chunk_addr(ci, sh.chunk);
+    let key = sh.entry(r, ci).offset(p as u64);
+    let buf = &mut scratch[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
+    if let Err(e) = sh.zswap.load(key, buf, LoadMode::KeepClean) {
+        chunk::release(&r.state[ci], STORED, 0, 0);
+        fail(
+            sh,
+            &format!("loading region {} chunk {ci} page {p}: {e}", r.id),
+        );
+        return false;
+    }
+    let flags = workingset_refault(sh, r, ci);
+    sh.ctr.pgmajfault.fetch_add(1, Relaxed);
+    sh.ctr.faults_partial.fetch_add(1, Relaxed);
+    sh.resident.fetch_add(PAGE_SIZE as u64, Relaxed);
+    if let Err(e) = copy_chunk(sh, base + p * PAGE_SIZE, buf, true) {
+        sh.resident.fetch_sub(PAGE_SIZE as u64, Relaxed);
+        unmap_and_restore(sh, r, ci, p..p + 1, scratch, LoadMode::KeepClean);
+        chunk::release(&r.state[ci], STORED, 0, 0);
+        fail(sh, &e);
+        return false;
+    }
+    chunk::release(
+        &r.state[ci],
+        PARTIAL,
+        REJECTED | ACTIVE | PAGE_BITS,
+        REF | flags | chunk::part_bits(p),
+    );
+    // Faults on other pages of the chunk may have parked on it.
+    sh.wake(base, sh.chunk);
+    sh.note_peak();
+    evict::maybe_kick(sh);
+    true
+}
+
+/// Complete PARTIAL chunk `ci` (BUSY, ours; page `p` mapped): install the
+/// other pages write-protected, with clean copies (CLEAN), or for a write
+/// taken exclusively, with page `p`'s copy dropped and the chunk's
+/// protection lifted once every page is in (RESIDENT): no page is writable
+/// before the chunk is whole, so a failed copy can be unmapped without
+/// losing a write. Returns whether it was completed; if not, the chunk is
+/// back to PARTIAL.
+fn fill(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    p: usize,
+    write: bool,
+    scratch: &mut [u8],
+) -> bool {
+    let n = 1usize << sh.order;
+    let base = r.chunk_addr(ci, sh.chunk);
+    let first = sh.entry(r, ci);
+    let mode = if write {
+        LoadMode::Exclusive
+    } else {
+        LoadMode::KeepClean
+    };
+    let parts = [0..p, p + 1..n];
+    let pkey = first.offset(p as u64);
+    // The whole folio in one load while page p's copy is there: its
+    // written-back pages then come in one device read, not two.
+    let res = match sh.zswap.load_folio(first, sh.order, scratch, mode) {
+        Err(LoadError::NotFound(k)) if k == pkey => load_around(sh, first, &parts, scratch, mode),
+        r => r,
+    };
+    if let Err(e) = res {
+        chunk::release(&r.state[ci], PARTIAL, 0, 0);
+        fail(sh, &format!("loading region {} chunk {ci}: {e}", r.id));
+        return false;
+    }
+    sh.ctr.pgmajfault.fetch_add(1, Relaxed);
+    sh.ctr.partial_filled.fetch_add(1, Relaxed);
+    let more = (sh.chunk - PAGE_SIZE) as u64;
+    sh.resident.fetch_add(more, Relaxed);
+    for part in &parts {
+        let src = &scratch[part.start * PAGE_SIZE..part.end * PAGE_SIZE];
+        if let Err(e) = copy_chunk(sh, base + part.start * PAGE_SIZE, src, true) {
+            sh.resident.fetch_sub(more, Relaxed);
+            for part in &parts {
+                unmap_and_restore(sh, r, ci, part.clone(), scratch, mode);
+            }
+            chunk::release(&r.state[ci], PARTIAL, 0, 0);
+            fail(sh, &e);
+            return false;
+        }
+    }
+    let clear = PART | PAGE_BITS | REJECTED;
+    if write {
+        sh.zswap.invalidate(first.offset(p as u64));
+        if let Err(e) = sh
+            .uffd
+            .remove_write_protection(base as *mut _, sh.chunk, false)
+        {
+            fail(sh, &format!("unprotecting a completed chunk: {e}"));
+        }
+        chunk::release(&r.state[ci], RESIDENT, clear, REF);
+    } else {
+        chunk::release(&r.state[ci], CLEAN, clear, REF);
+    }
+    sh.wake(base, sh.chunk);
+    sh.note_peak();
+    evict::maybe_kick(sh);
+    true
+}
+
+/// Load the pages of `parts` (the pages of a chunk around its mapped one)
+/// into `scratch`: all or none.
+fn load_around(
+    sh: &Shared,
+    first: SwapEntry,
+    parts: &[Range<usize>; 2],
+    scratch: &mut [u8],
+    mode: LoadMode,
+) -> Result<(), LoadError> {
+    for (k, part) in parts.iter().enumerate() {
+        if part.is_empty() {
+            continue;
+        }
+        let out = &mut scratch[part.start * PAGE_SIZE..part.end * PAGE_SIZE];
+        let at = first.offset(part.start as u64);
+        if let Err(e) = sh.zswap.load_pages(at, part.len(), out, mode) {
+            if k == 1 {
+                restore_pages(sh, first, parts[0].clone(), scratch, mode);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// After a failed install of pages `pages` of chunk `ci` loaded with
+/// `mode`: unmap whatever the copy placed before it failed, and make the
+/// cache whole again, claiming the kept copies (or, where the cache dropped
+/// them, storing the pages afresh) or putting back what an exclusive load
+/// took. The data is in `scratch` at the pages' offsets.
+fn unmap_and_restore(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    pages: Range<usize>,
+    scratch: &[u8],
+    mode: LoadMode,
+) {
+    if pages.is_empty() {
+        return;
+    }
+    let a = r.chunk_addr(ci, sh.chunk) + pages.start * PAGE_SIZE;
+    // SAFETY: pages of a chunk we own (BUSY) in a live region; what is
+    // mapped there is a copy of what `scratch` holds.
+    unsafe { libc::madvise(a as *mut _, pages.len() * PAGE_SIZE, libc::MADV_DONTNEED) };
+    restore(sh, r, ci, pages, scratch, mode);
+}
+
+fn restore(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    pages: Range<usize>,
+    scratch: &[u8],
+    mode: LoadMode,
+) {
+    restore_pages(sh, sh.entry(r, ci), pages, scratch, mode);
+}
+
+/// Put pages `pages` of the folio at `first`, loaded with `mode` into
+/// `scratch` and not installed, back under the cache's care.
+fn restore_pages(
+    sh: &Shared,
+    first: SwapEntry,
+    pages: Range<usize>,
+    scratch: &[u8],
+    mode: LoadMode,
+) {
+    for i in pages {
+        let key = first.offset(i as u64);
+        if mode == LoadMode::KeepClean && sh.zswap.claim_clean(key, 0) {
+            continue;
+        }
+        let page = &scratch[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+        if let Err(e) = sh.zswap.store(key, page) {
+            fail(sh, &format!("{key:?}: data lost: {e}"));
+        }
+    }
 }
 
 /// Zero-fill the never-touched chunks around chunk `ci` (BUSY, ours) in one
@@ -344,11 +578,13 @@ pub(super) fn will_need(
         if !*live {
             break;
         }
-        if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_err() {
-            continue;
-        }
         // Prefetched chunks count as read: they stay clean when keep_copy.
-        install(sh, r, ci, false, true, &mut scratch);
+        if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_ok() {
+            install(sh, r, ci, false, true, &mut scratch);
+        } else if let Ok(w) = chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0) {
+            let p = chunk::part_page(w).expect("PARTIAL without its page");
+            fill(sh, r, ci, p, false, &mut scratch);
+        }
         drop(live);
     }
     Ok(())

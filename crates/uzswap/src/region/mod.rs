@@ -19,11 +19,22 @@
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
 //!   STORED    --missing read fault, keep_copy: load keeping a
 //!               clean copy, install write-protected (BUSY)----> CLEAN
+//!   STORED    --missing read fault off the chunk's first page,
+//!               partial_faults: load that page keeping a clean
+//!               copy, install it write-protected (BUSY)-------> PARTIAL(p)
+//!   PARTIAL   --missing read fault on another page: load the
+//!               others keeping clean copies, install them
+//!               write-protected (BUSY)-------------------------> CLEAN
+//!   PARTIAL   --write fault (missing, or on page p): load the
+//!               others exclusively, install them protected,
+//!               drop p's copy, unprotect the chunk (BUSY)-----> RESIDENT
 //!   CLEAN     --write-protect fault: drop the copy, unprotect (BUSY)-> RESIDENT
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
 //!   CLEAN     --evict: claim the copy, zap only (EVICTING)----> STORED
 //!   CLEAN     --evict, copy dropped by the cache: store, zap (EVICTING)-> STORED
+//!   PARTIAL   --evict: claim p's copy (or store p), zap p (EVICTING)-> STORED
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
+//!   EVICTING  --partial page's store refused-----------------> PARTIAL
 //! ```
 //! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
 //! or the evictor) holds the chunk and is the only one to leave the state.
@@ -34,8 +45,12 @@
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
 //! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN
 //! implies mapped and write-protected, with its copy in the cache unless the
-//! cache dropped it for room (`zswap::LoadMode::KeepClean`); STORED implies
-//! unmapped and every page of the chunk in the cache.
+//! cache dropped it for room (`zswap::LoadMode::KeepClean`); PARTIAL(p)
+//! implies page p mapped and write-protected with its copy as CLEAN's, and
+//! every other page unmapped and in the cache; STORED implies unmapped and
+//! every page of the chunk in the cache. A PARTIAL chunk is charged one
+//! page; its word carries `p` (`chunk::PART`) through BUSY and EVICTING, so
+//! teardown knows what an owned chunk holds.
 //!
 //! # Budget
 //! `resident bytes + zswap.pool_total_size() <= budget`. A chunk is charged
@@ -132,6 +147,13 @@ pub struct Config {
     /// write-protected, so evicting it again costs no compression if it was
     /// not written. Costs a write-protect fault on the first write.
     pub keep_copy: bool,
+    /// With `keep_copy`: a read fault on a stored chunk away from its first
+    /// page installs only the faulting page (write-protected, its copy
+    /// kept clean) and the chunk becomes PARTIAL; a second fault in it, a
+    /// write, or a fault on its first page (a forward scan entering it)
+    /// brings the whole chunk. A random 4 KiB read then costs one page's
+    /// decompression and eviction one page's zap, not a chunk's.
+    pub partial_faults: bool,
     /// A fault on never-touched memory zero-fills the untouched chunks of
     /// the aligned window of this many bytes around it (while under the
     /// high watermark) with one copy. 0: just the chunk.
@@ -208,6 +230,7 @@ impl Default for Config {
                 .min(4),
             evict_batch_bytes: 0,
             keep_copy: true,
+            partial_faults: true,
             zero_fill_around: 2 << 20,
             writeback: Some(Writeback::default()),
             // usemem skew, 2 vCPUs: 20% beat 40% by 15-60% on every
@@ -270,6 +293,10 @@ pub struct UzswapStats {
     pub pgmajfault: u64,
     /// Write-protect faults that re-armed a clean chunk for writing.
     pub faults_wp: u64,
+    /// Faults that installed a single page of a stored chunk (PARTIAL).
+    pub faults_partial: u64,
+    /// Partial chunks completed by a second fault, a write or a hint.
+    pub partial_filled: u64,
     /// Chunks installed ahead of use by `Advice::WillNeed`.
     pub prefetched: u64,
     /// Faults that found their chunk owned and parked until it was released.
@@ -301,6 +328,8 @@ struct Counters {
     zero_filled_chunks: AtomicU64,
     pgmajfault: AtomicU64,
     faults_wp: AtomicU64,
+    faults_partial: AtomicU64,
+    partial_filled: AtomicU64,
     prefetched: AtomicU64,
     faults_parked: AtomicU64,
     faults_stale: AtomicU64,
@@ -802,6 +831,8 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         zero_filled_chunks: g(&c.zero_filled_chunks),
         pgmajfault: g(&c.pgmajfault),
         faults_wp: g(&c.faults_wp),
+        faults_partial: g(&c.faults_partial),
+        partial_filled: g(&c.partial_filled),
         prefetched: g(&c.prefetched),
         faults_parked: g(&c.faults_parked),
         faults_stale: g(&c.faults_stale),
@@ -860,17 +891,23 @@ impl Region {
         unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
     }
 
-    /// Bytes of this region mapped now (chunks RESIDENT or CLEAN): with the
+    /// Bytes of this region mapped now (chunks RESIDENT, CLEAN or PARTIAL): with the
     /// region quiescent, the instance's `resident_bytes` is the sum of this
     /// over its regions.
     pub fn resident_bytes(&self) -> u64 {
-        let n = self.inner.state.iter().filter(|s| {
-            matches!(
-                chunk::state(s.load(Acquire)),
-                chunk::RESIDENT | chunk::CLEAN
-            )
-        });
-        n.count() as u64 * self.owner.sh.chunk as u64
+        let chunk = self.owner.sh.chunk;
+        let mapped = self
+            .inner
+            .state
+            .iter()
+            .map(|s| s.load(Acquire))
+            .filter(|&w| {
+                matches!(
+                    chunk::state(w),
+                    chunk::RESIDENT | chunk::CLEAN | chunk::PARTIAL
+                )
+            });
+        mapped.map(|w| chunk::charge(w, chunk)).sum()
     }
 
     /// Hint about the bytes `range` (widened to whole chunks).
@@ -920,9 +957,12 @@ impl Drop for Region {
         for s in r.state.iter() {
             // EVICTING: picked by an evictor that will see `live` false and
             // leave the chunk (and its charge) to us.
-            let st = chunk::state(s.load(Acquire));
-            if matches!(st, chunk::RESIDENT | chunk::CLEAN | chunk::EVICTING) {
-                resident += sh.chunk as u64;
+            let w = s.load(Acquire);
+            if matches!(
+                chunk::state(w),
+                chunk::RESIDENT | chunk::CLEAN | chunk::PARTIAL | chunk::EVICTING
+            ) {
+                resident += chunk::charge(w, sh.chunk);
             }
         }
         sh.resident.fetch_sub(resident, Relaxed);

@@ -7,6 +7,13 @@ use super::Zswap;
 use crate::MAX_ORDER;
 
 impl Zswap {
+    /// Whether `entry` is stored and its data is on the swap device (a load
+    /// of it reads the device). A hint: it may change right after.
+    pub fn is_written_back(&self, entry: SwapEntry) -> bool {
+        let shard = self.tree.lock(entry, 1);
+        shard.get(entry).is_some_and(|e| e.slot().is_some())
+    }
+
     /// Drop one page; true if it was stored.
     pub fn invalidate(&self, entry: SwapEntry) -> bool {
         let old = self.tree.lock(entry, 1).remove(entry);

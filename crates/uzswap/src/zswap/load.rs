@@ -51,7 +51,43 @@ impl Zswap {
                 expected: folio_bytes(order),
             });
         }
-        let n = 1usize << order;
+        self.load_span(first, 1 << order, out, mode, Some(order))
+    }
+
+    /// Load `n` consecutive pages starting at `first`, which need not form
+    /// a folio (a caller holding some pages of a folio loads the others)
+    /// but must lie in one aligned 2 MiB group, as a folio does. Fails with
+    /// `NotFound` (and changes nothing) unless every page is stored.
+    pub fn load_pages(
+        &self,
+        first: SwapEntry,
+        n: usize,
+        out: &mut [u8],
+        mode: LoadMode,
+    ) -> Result<(), LoadError> {
+        let group = 1u64 << MAX_ORDER;
+        if n == 0 || first.index() % group + n as u64 > group {
+            return Err(LoadError::BadRange(first, n));
+        }
+        if out.len() != n * PAGE_SIZE {
+            return Err(LoadError::BadSize {
+                got: out.len(),
+                expected: n * PAGE_SIZE,
+            });
+        }
+        self.load_span(first, n, out, mode, None)
+    }
+
+    /// `n` pages inside one shard group; `order`: a whole folio of that
+    /// order (counted in the per-order figures).
+    fn load_span(
+        &self,
+        first: SwapEntry,
+        n: usize,
+        out: &mut [u8],
+        mode: LoadMode,
+        order: Option<u32>,
+    ) -> Result<(), LoadError> {
         match mode {
             LoadMode::Exclusive => {
                 let entries = {
@@ -216,8 +252,9 @@ impl Zswap {
         })
     }
 
-    /// Counters of a successful load of `entries`.
-    fn count_load(&self, order: u32, entries: &[ZswapEntry]) {
+    /// Counters of a successful load of `entries` (a folio of `order`, or
+    /// a run of pages).
+    fn count_load(&self, order: Option<u32>, entries: &[ZswapEntry]) {
         let n = entries.len() as u64;
         let dev = entries.iter().filter(|e| e.slot().is_some()).count() as u64;
         // zswpin counts pages from memory, pswpin pages from the device, as
@@ -227,7 +264,7 @@ impl Zswap {
         // Seed 003: a refault is a sign of warm pages in zswap; widen the
         // region the shrinker leaves alone.
         self.tree.lru.protect(n);
-        if order > 0 {
+        if let Some(order @ 1..) = order {
             Counters::add(&self.counters.order_zswpin[order as usize], 1);
         }
     }

@@ -248,6 +248,8 @@ pub enum LoadError {
     BadSize { got: usize, expected: usize },
     #[error("order {0} out of range 0..={MAX_ORDER}")]
     BadOrder(u32),
+    #[error("{1} pages from {0:?} are not within one aligned 2 MiB group")]
+    BadRange(SwapEntry, usize),
     #[error("checksum mismatch for {0:?}: stored object is corrupt")]
     Checksum(SwapEntry),
     #[error("decompression of {0:?} failed: {1}")]

@@ -1,0 +1,220 @@
+//! Partial chunks (`Config::partial_faults`): a read fault off a stored
+//! chunk's first page installs only that page; a second fault, a write or a
+//! hint completes the chunk; eviction claims (or stores) the one page.
+
+use uzswap::region::{Advice, Config, Region, Uzswap};
+use uzswap::{Pattern, PAGE_SIZE};
+
+mod common;
+use common::instance;
+
+const SEED: u64 = 11;
+/// 64 KiB chunks: 16 pages.
+const ORDER: u32 = 4;
+const PER: usize = 1 << ORDER;
+
+fn page(r: &Region, i: usize) -> &'static mut [u8] {
+    assert!(i * PAGE_SIZE < r.len());
+    // SAFETY: `i` is inside the live region, which outlives each use here.
+    unsafe { std::slice::from_raw_parts_mut(r.as_ptr().add(i * PAGE_SIZE), PAGE_SIZE) }
+}
+
+/// A 1 MiB region filled with the index pattern and paged out.
+fn stored_region(cfg: Config) -> Option<(Uzswap, Region)> {
+    let uz = instance(cfg)?;
+    let len = 1 << 20;
+    let r = uz.region(len).unwrap();
+    for i in 0..len / PAGE_SIZE {
+        Pattern::Index.fill(i as u64, SEED, page(&r, i));
+    }
+    r.advise(0..len, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), 0, "{:?}", uz.stats());
+    Some((uz, r))
+}
+
+fn check(r: &Region, i: usize) {
+    assert!(
+        Pattern::Index.verify(i as u64, SEED, page(r, i)),
+        "page {i}"
+    );
+}
+
+fn read(r: &Region, i: usize) -> u8 {
+    // SAFETY: an in-bounds read of the live region.
+    unsafe { std::ptr::read_volatile(page(r, i).as_ptr()) }
+}
+
+fn cfg() -> Config {
+    Config {
+        folio_order: ORDER,
+        ..Config::default()
+    }
+}
+
+#[test]
+fn a_random_read_installs_one_page_and_a_second_fault_the_chunk() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    let chunk = uz.chunk_bytes();
+    read(&r, 5);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (1, 0), "{st:?}");
+    assert_eq!(st.resident_bytes, PAGE_SIZE as u64);
+    assert_eq!(r.resident_bytes(), PAGE_SIZE as u64);
+    assert_eq!(st.zswap.clean_pages, 1, "the page's copy is kept clean");
+    check(&r, 5);
+    assert_eq!(
+        uz.stats().pgmajfault,
+        1,
+        "the page is mapped: no second fault"
+    );
+
+    // Another page of the chunk: the rest comes in, write-protected.
+    check(&r, 9);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (1, 1), "{st:?}");
+    assert_eq!(st.resident_bytes, chunk as u64);
+    assert_eq!(st.zswap.clean_pages, PER as u64, "the whole chunk is clean");
+    for i in 0..PER {
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().pgmajfault, 2);
+
+    // A fault on a chunk's first page (a scan entering it) takes it whole.
+    check(&r, PER);
+    let st = uz.stats();
+    assert_eq!(st.faults_partial, 1, "{st:?}");
+    assert_eq!(st.resident_bytes, 2 * chunk as u64);
+    assert_eq!(st.fault_errors, 0);
+}
+
+#[test]
+fn writes_to_a_partial_chunk_complete_it_writable() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    // A write to the mapped page itself (a write-protect fault).
+    check(&r, PER + 3);
+    page(&r, PER + 3)[100] ^= 0xff;
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (1, 1), "{st:?}");
+    assert_eq!(st.faults_wp, 1);
+    assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
+    assert_eq!(st.zswap.clean_pages, 0, "a written chunk keeps no copy");
+    // A write to another page of a partial chunk (a missing fault).
+    check(&r, 2 * PER + 6);
+    page(&r, 2 * PER + 4)[7] ^= 0x55;
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (2, 2), "{st:?}");
+    assert_eq!(st.zswap.clean_pages, 0);
+    // Writes go on without faults (RESIDENT), and survive a round trip.
+    let majors = uz.stats().pgmajfault;
+    for i in PER..3 * PER {
+        page(&r, i)[1] ^= 0x0f;
+    }
+    assert_eq!(uz.stats().pgmajfault, majors);
+    r.advise(0..r.len(), Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), 0);
+    for i in PER..3 * PER {
+        let p = page(&r, i);
+        p[1] ^= 0x0f;
+        if i == PER + 3 {
+            p[100] ^= 0xff;
+        }
+        if i == 2 * PER + 4 {
+            p[7] ^= 0x55;
+        }
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().fault_errors, 0);
+}
+
+#[test]
+fn evicting_a_partial_chunk_claims_or_stores_its_page() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    let chunk = uz.chunk_bytes();
+    // Claimed: the copy is still there, eviction is a zap.
+    read(&r, 7);
+    let clean_before = uz.stats().evicted_clean;
+    let out_before = uz.stats().zswap.zswpout;
+    r.advise(0..chunk, Advice::PageOut).unwrap();
+    let st = uz.stats();
+    assert_eq!(st.resident_bytes, 0, "{st:?}");
+    assert_eq!(st.evicted_clean, clean_before + 1);
+    assert_eq!(st.zswap.zswpout, out_before, "nothing compressed");
+    assert_eq!(st.zswap.clean_pages, 0);
+    check(&r, 7);
+
+    // Dropped by the cache: eviction stores the page afresh.
+    read(&r, PER + 11);
+    assert_eq!(
+        uz.stats().zswap.clean_pages,
+        2,
+        "page 7 again, and this one"
+    );
+    assert!(uz.zswap().drop_clean(u64::MAX) > 0);
+    assert_eq!(uz.stats().zswap.clean_pages, 0);
+    let out_before = uz.stats().zswap.zswpout;
+    r.advise(0..2 * chunk, Advice::PageOut).unwrap();
+    let st = uz.stats();
+    assert_eq!(st.resident_bytes, 0, "{st:?}");
+    assert_eq!(st.zswap.zswpout, out_before + 2, "both pages stored again");
+    for i in 0..2 * PER {
+        check(&r, i);
+    }
+    // A partial chunk whose copy was dropped completes from the rest of the
+    // pool and its mapped page.
+    r.advise(0..2 * chunk, Advice::PageOut).unwrap();
+    read(&r, 13);
+    uz.zswap().drop_clean(u64::MAX);
+    for i in 0..PER {
+        check(&r, i);
+    }
+    let st = uz.stats();
+    // Partial: 7, 7 again, PER + 11, 13; completed: chunk 0 on page 0.
+    assert_eq!((st.faults_partial, st.partial_filled), (4, 1), "{st:?}");
+    assert_eq!(st.resident_bytes, chunk as u64);
+    assert_eq!(st.fault_errors, 0);
+}
+
+#[test]
+fn will_need_and_teardown_handle_partial_chunks() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    for c in 0..4 {
+        read(&r, c * PER + 1);
+    }
+    assert_eq!(uz.stats().resident_bytes, 4 * PAGE_SIZE as u64);
+    r.advise(0..2 * uz.chunk_bytes(), Advice::WillNeed).unwrap();
+    let st = uz.stats();
+    assert_eq!(st.partial_filled, 2, "{st:?}");
+    assert_eq!(
+        st.resident_bytes,
+        2 * uz.chunk_bytes() as u64 + 2 * PAGE_SIZE as u64
+    );
+    for i in 0..2 * PER {
+        check(&r, i);
+    }
+    drop(r);
+    let st = uz.stats();
+    assert_eq!(st.resident_bytes, 0, "teardown uncharges partial chunks");
+    assert_eq!(uz.zswap().stored_pages(), 0);
+}
+
+#[test]
+fn partial_faults_off_install_whole_chunks() {
+    let Some((uz, r)) = stored_region(Config {
+        partial_faults: false,
+        ..cfg()
+    }) else {
+        return;
+    };
+    check(&r, 5);
+    let st = uz.stats();
+    assert_eq!(st.faults_partial, 0);
+    assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
+}
