@@ -143,6 +143,8 @@ pub struct Args {
 pub enum Handler {
     Block,
     Spin,
+    /// Faults resolved by the faulting thread in a SIGBUS handler.
+    Signal,
 }
 
 /// The pattern seed: independent of the pass, so read passes can verify.
@@ -323,6 +325,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
                 Handler::Spin => HandlerMode::Spin {
                     micros: args.spin_us,
                 },
+                Handler::Signal => HandlerMode::Signal,
             },
             keep_copy: !args.no_keep_copy,
             partial_faults: !args.no_partial,

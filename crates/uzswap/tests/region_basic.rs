@@ -207,3 +207,56 @@ fn deferred_registration_takes_charge_of_memory_touched_before() {
     assert_eq!(st.fault_errors, 0);
     assert!(st.peak_bytes <= 8 << 20, "{st:?}");
 }
+
+#[test]
+fn signal_mode_resolves_in_the_faulting_thread() {
+    use uzswap::region::HandlerMode;
+    let Some(uz) = instance(Config {
+        handler: HandlerMode::Signal,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let len = 2 << 20;
+    let r = uz.region(len).unwrap();
+    for i in 0..len / PAGE_SIZE {
+        Pattern::Text.fill(i as u64, 5, page_mut(r.as_ptr(), i));
+    }
+    r.advise(0..len, Advice::PageOut).unwrap();
+    // Reads (partial and whole chunks), then writes, from this thread.
+    for i in (0..len / PAGE_SIZE).step_by(3) {
+        assert!(Pattern::Text.verify(i as u64, 5, page_mut(r.as_ptr(), i)));
+    }
+    for i in 0..len / PAGE_SIZE {
+        let p = page_mut(r.as_ptr(), i);
+        assert!(Pattern::Text.verify(i as u64, 5, p), "page {i}");
+        p[0] ^= 1;
+    }
+    let st = uz.stats();
+    assert!(
+        st.pgmajfault > 0 && st.faults_partial > 0 && st.faults_wp > 0,
+        "{st:?}"
+    );
+    assert_eq!(st.fault_errors, 0);
+    // The mode's documented limit: the kernel does not resolve a fault it
+    // takes inside a system call on a page that is not mapped.
+    r.advise(0..len, Advice::PageOut).unwrap();
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    // SAFETY: reading into the region's first page, which we own.
+    let n = unsafe {
+        libc::read(
+            std::os::fd::AsRawFd::as_raw_fd(&zero),
+            r.as_ptr() as *mut _,
+            PAGE_SIZE,
+        )
+    };
+    assert_eq!(n, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EFAULT)
+    );
+    // Touched from user space first, it works and the data is intact.
+    let p = page_mut(r.as_ptr(), 1);
+    p[0] ^= 1;
+    assert!(Pattern::Text.verify(1, 5, p));
+}

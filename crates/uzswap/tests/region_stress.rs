@@ -219,6 +219,28 @@ fn model_holds_with_spinning_handlers() {
 /// chunk is paged out over and over: a write landing between the read-out
 /// and the zap would be lost, and the writer would see an old count.
 #[test]
+fn model_holds_with_faults_resolved_in_the_faulting_thread() {
+    for (order, keep_copy) in [(4, true), (0, false), (9, true)] {
+        let cfg = Config {
+            budget: 8 << 20,
+            folio_order: order,
+            keep_copy,
+            handler: HandlerMode::Signal,
+            evict_batch_bytes: 1 << 20,
+            ..Config::default()
+        };
+        let (bad, ops, st) = run_model_stats(cfg, 32 << 20, 3, 1.2, 0);
+        assert_eq!(bad, 0, "order {order}: {bad} mismatches in {ops} ops");
+        if let Some(st) = st {
+            assert_eq!(st.handler, HandlerMode::Signal);
+            if keep_copy && order > 0 {
+                assert!(st.faults_partial > 0 && st.faults_wp > 0, "{st:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn writer_hammering_a_chunk_being_evicted_loses_nothing() {
     let Some(uz) = instance(Config {
         folio_order: 4,
@@ -352,11 +374,19 @@ fn model_holds_with_most_pages_written_back() {
 /// lost across that switch.
 #[test]
 fn model_holds_across_a_late_registration() {
-    for order in [4, 0, 9] {
+    // Signal mode: the registering thread resolves the faults its own
+    // reads of half-touched chunks raise.
+    for (order, handler) in [
+        (4, HandlerMode::Block),
+        (0, HandlerMode::Block),
+        (9, HandlerMode::Block),
+        (4, HandlerMode::Signal),
+    ] {
         let cfg = Config {
             budget: 40 << 20,
             folio_order: order,
             evict_batch_bytes: 1 << 20,
+            handler,
             ..Config::default()
         };
         let (bad, ops, _) = run_model_stats(cfg, 32 << 20, 3, 1.5, 16 << 20);

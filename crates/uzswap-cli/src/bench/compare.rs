@@ -68,6 +68,12 @@ pub struct Args {
     /// pattern's kernel-zswap-lzo cell.
     #[arg(long)]
     pub no_eqmem: bool,
+    /// How uzswap cells resolve faults (usemem's `--handler`): `signal`, in
+    /// the faulting thread (usemem never hands region memory to a system
+    /// call, which that mode cannot serve), or `block`, the library's
+    /// default, handler threads.
+    #[arg(long, value_enum, default_value = "signal")]
+    pub uzswap_handler: crate::usemem::Handler,
 }
 
 /// The kernel cell the equal-memory cell matches, and the equal-memory cell.
@@ -231,9 +237,22 @@ fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column, budget: u64) -> V
         v.push(k.into());
         v.push(val);
     }
+    if col.backend == "uzswap" {
+        v.push("--handler".into());
+        v.push(handler_name(a.uzswap_handler).into());
+    }
     v.push("--verify".into());
     v.push("--json".into());
     v
+}
+
+fn handler_name(h: crate::usemem::Handler) -> &'static str {
+    use crate::usemem::Handler;
+    match h {
+        Handler::Block => "block",
+        Handler::Spin => "spin",
+        Handler::Signal => "signal",
+    }
 }
 
 /// Run one cell in its own process; (JSON line, user+sys of its tree).
@@ -558,11 +577,12 @@ pub fn run(a: Args) -> Result<()> {
     let fp = footprints(&cells);
     println!("{}", markdown(&cells));
     println!(
-        "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified); {:.0} s in all\n",
+        "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified), uzswap faults resolved by: {}; {:.0} s in all\n",
         a.size >> 20,
         a.budget >> 20,
         a.workers,
         a.folio >> 10,
+        handler_name(a.uzswap_handler),
         wall
     );
     for x in &t {
@@ -616,6 +636,7 @@ pub fn run(a: Args) -> Result<()> {
                 "budget_bytes": a.budget,
                 "workers": a.workers,
                 "folio_bytes": a.folio,
+                "uzswap_handler": handler_name(a.uzswap_handler),
                 "wall_s": wall,
                 "cells": cells,
                 "targets": t,

@@ -124,6 +124,24 @@ pub fn park(c: &AtomicU32) -> Result<(), u32> {
     }
 }
 
+/// Wait until `c` leaves the owned states (BUSY, EVICTING): for a thread
+/// that resolves its own fault (signal mode) and so cannot park in the
+/// kernel. Owned states last one install or one eviction batch; this spins
+/// briefly, then yields, then sleeps in short steps.
+pub fn wait_released(c: &AtomicU32) {
+    let mut n = 0u32;
+    while matches!(state(c.load(Acquire)), BUSY | EVICTING) {
+        if n < 64 {
+            std::hint::spin_loop();
+        } else if n < 128 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        n = n.saturating_add(1);
+    }
+}
+
 /// Set or clear flag bits without touching the state.
 #[inline]
 pub fn update_flags(c: &AtomicU32, clear: u32, set: u32) {

@@ -99,8 +99,9 @@ pub(super) fn maybe_kick(sh: &Shared) {
 /// exceeds the budget.
 pub(super) fn backstop(sh: &Shared) {
     let limit = sh.cfg.budget.saturating_sub(store_margin(sh.chunk));
-    // Every handler thread may be about to install a chunk at once.
-    let incoming = (sh.chunk * sh.cfg.handler_threads) as u64;
+    // Every handler thread (or faulting thread, in signal mode) may be
+    // about to install a chunk at once.
+    let incoming = (sh.chunk * sh.installers()) as u64;
     if sh.usage() + incoming <= limit {
         return;
     }

@@ -15,6 +15,7 @@ use super::uffd_sys::{self, Copy};
 use super::{evict, uffd_fd, RegionError, RegionInner, Shared};
 use crate::zswap::{LoadError, LoadMode, SwapEntry};
 use crate::PAGE_SIZE;
+use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::atomic::Ordering::*;
 use std::time::Instant;
@@ -25,7 +26,7 @@ pub(super) fn handler_loop(sh: &Shared) {
     let mut scratch = vec![0u8; sh.chunk];
     let mut faults: Vec<(usize, bool, bool)> = Vec::with_capacity(32);
     let spin = match sh.cfg.handler {
-        super::HandlerMode::Block => None,
+        super::HandlerMode::Block | super::HandlerMode::Signal => None,
         super::HandlerMode::Spin { micros } => {
             Some(std::time::Duration::from_micros(micros as u64))
         }
@@ -100,11 +101,69 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
         sh.wake(page, PAGE_SIZE);
         return;
     };
+    resolve_in(sh, &r, addr, Some(wp), write, scratch, t0);
+}
+
+/// Resolve a fault at `addr` of `r` in the thread that took it
+/// (`HandlerMode::Signal`, called from the SIGBUS handler). On return the
+/// access is retried.
+pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: bool) {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let t0 = Instant::now();
+    sh.faulting.fetch_add(1, Relaxed);
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < sh.chunk {
+                buf.resize(sh.chunk, 0);
+            }
+            resolve_in(sh, r, addr, None, write, &mut buf[..sh.chunk], t0);
+        }
+        // Only a fault raised while resolving another could get here;
+        // uzswap never touches unmapped region memory, but be safe.
+        Err(_) => resolve_in(sh, r, addr, None, write, &mut vec![0; sh.chunk], t0),
+    });
+    sh.faulting.fetch_sub(1, Relaxed);
+}
+
+/// Whether a fault on a chunk in state `w` at `page` is a write-protect
+/// fault: the page is mapped (and protected), so only a write can fault
+/// there. For a signal, which does not say.
+fn mapped_here(r: &RegionInner, ci: usize, chunk: usize, w: u32, page: usize) -> bool {
+    match chunk::state(w) {
+        CLEAN | RESIDENT => true,
+        PARTIAL => {
+            chunk::part_page(w).is_some_and(|p| page == r.chunk_addr(ci, chunk) + p * PAGE_SIZE)
+        }
+        _ => false,
+    }
+}
+
+/// Resolve a fault at `addr` of `r`: from an event (`wp` says which kind)
+/// or in the faulting thread (`wp` None: read from the chunk state).
+fn resolve_in(
+    sh: &Shared,
+    r: &RegionInner,
+    addr: usize,
+    wp: Option<bool>,
+    write: bool,
+    scratch: &mut [u8],
+    t0: Instant,
+) {
+    let page = addr & !(PAGE_SIZE - 1);
     let ci = (addr - r.base) / sh.chunk;
     loop {
         let w = r.state[ci].load(Acquire);
         let st = chunk::state(w);
+        let wp = wp.unwrap_or_else(|| mapped_here(r, ci, sh.chunk, w, page));
         match (st, wp) {
+            (BUSY | EVICTING, _) if sh.signal => {
+                // The faulting thread is ours to hold: wait for the owner,
+                // then look again (the chunk may now need resolving).
+                sh.ctr.faults_parked.fetch_add(1, Relaxed);
+                chunk::wait_released(&r.state[ci]);
+            }
             (BUSY | EVICTING, _) => {
                 if chunk::park(&r.state[ci]).is_ok() {
                     sh.ctr.faults_parked.fetch_add(1, Relaxed);
@@ -121,11 +180,11 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
                     continue;
                 }
                 let res = if st == UNTOUCHED {
-                    install_zero_around(sh, &r, ci)
-                } else if let Some(p) = sub_chunk(sh, &r, ci, addr, write) {
-                    install_page(sh, &r, ci, p, scratch)
+                    install_zero_around(sh, r, ci)
+                } else if let Some(p) = sub_chunk(sh, r, ci, addr, write) {
+                    install_page(sh, r, ci, p, scratch)
                 } else {
-                    install(sh, &r, ci, write, false, scratch)
+                    install(sh, r, ci, write, false, scratch)
                 };
                 drop(live);
                 if res {
@@ -159,7 +218,7 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
                 if wp {
                     sh.ctr.faults_wp.fetch_add(1, Relaxed);
                 }
-                if fill(sh, &r, ci, p, wp || write, scratch) {
+                if fill(sh, r, ci, p, wp || write, scratch) {
                     sh.lat_pool.record(t0.elapsed().as_nanos() as u64);
                 }
                 return;
@@ -174,7 +233,7 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
                 }
                 sh.ctr.faults_wp.fetch_add(1, Relaxed);
                 // The first write to a clean chunk: the pool copy goes stale.
-                sh.zswap.invalidate_range(sh.entry(&r, ci), 1 << sh.order);
+                sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
                 let base = r.chunk_addr(ci, sh.chunk);
                 if let Err(e) = sh
                     .uffd

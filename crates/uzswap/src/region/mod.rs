@@ -81,9 +81,13 @@
 //! batch at a time) → `RegionInner::live` (read: the region's memory and
 //! state stay valid while held). `mapped` is never taken under either; the
 //! fault a registration raises on a hole is resolved by a handler thread,
-//! which takes neither `mapped` nor `evict_lock` to zero-fill. The `regions`
-//! map lock is only ever held alone, to look up or snapshot regions. Chunk
-//! states are atomics, never locks.
+//! which takes neither `mapped` nor `evict_lock` to zero-fill. In signal
+//! mode (`HandlerMode::Signal`, `sigbus.rs`) the registering thread
+//! resolves that fault itself, under `mapped`, and may take `evict_lock`
+//! (the backstop): `mapped` → `evict_lock` → `live`, still one order. The
+//! `regions` map lock is held alone, to look up or snapshot regions, except
+//! under `sigbus::INSTANCES` (read) when a signal looks up its address.
+//! Chunk states are atomics, never locks.
 //!
 //! # Drop order
 //! Regions and the instance may be dropped in any order: each [`Region`]
@@ -96,6 +100,7 @@ mod evict;
 mod fault;
 mod latency;
 mod pagemap;
+mod sigbus;
 mod uffd_sys;
 
 pub use latency::LatencySummary;
@@ -126,6 +131,13 @@ pub enum HandlerMode {
     /// the last fault before sleeping: saves the wake-up on fault bursts at
     /// the cost of a busy CPU.
     Spin { micros: u32 },
+    /// No handler threads: a fault raises SIGBUS in the thread that took
+    /// it, which resolves it itself and retries the access (`sigbus.rs`).
+    /// Saves the two cross-CPU wake-ups of every fault. Opt-in, because a
+    /// system call that touches a region page not mapped then fails with
+    /// EFAULT instead of being resolved, and SIGBUS is shared with the
+    /// program (chained for every address outside uzswap's regions).
+    Signal,
 }
 
 /// Instance settings.
@@ -399,6 +411,11 @@ struct Shared {
     stop: AtomicBool,
     stop_fd: i32,
     ctr: Counters,
+    /// `HandlerMode::Signal`: faults are resolved by the threads taking them.
+    signal: bool,
+    /// Signal mode: threads resolving a fault now (the backstop's count of
+    /// installs that may land at once).
+    faulting: std::sync::atomic::AtomicUsize,
     lat_pool: Histogram,
     lat_zero: Histogram,
     /// Zeros, the source of zero-fill installs (one fault-around window).
@@ -428,7 +445,24 @@ impl Shared {
         SwapEntry::new(r.id, (ci as u64) << self.order)
     }
 
+    /// Threads that may be installing a chunk at the same moment: the
+    /// handler threads, or in signal mode the threads resolving a fault now
+    /// (never counted below `handler_threads`, so both modes keep at least
+    /// the same headroom under the budget).
+    fn installers(&self) -> usize {
+        if self.signal {
+            self.faulting.load(Relaxed).max(self.cfg.handler_threads)
+        } else {
+            self.cfg.handler_threads
+        }
+    }
+
     fn wake(&self, addr: usize, len: usize) {
+        if self.signal {
+            // Nobody sleeps in the kernel on a fault: the faulting thread
+            // resolves it, or waits on the chunk state itself.
+            return;
+        }
         // Nothing to do on failure: the range is gone (region torn down).
         let _ = self.uffd.wake(addr as *mut libc::c_void, len);
     }
@@ -443,6 +477,9 @@ struct Owner {
 
 impl Drop for Owner {
     fn drop(&mut self) {
+        if self.sh.signal {
+            sigbus::detach(&self.sh);
+        }
         self.sh.stop.store(true, SeqCst);
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from `one` to our eventfd.
@@ -483,7 +520,8 @@ impl Uzswap {
             )));
         }
         let chunk = PAGE_SIZE << cfg.folio_order;
-        let (uffd, open_path) = uffd_sys::open()?;
+        let signal = cfg.handler == HandlerMode::Signal;
+        let (uffd, open_path) = uffd_sys::open(signal)?;
         let zswap = Arc::new(open_zswap(&cfg)?);
         if zswap.swap_device().is_some() {
             zswap.start_shrinker()?;
@@ -538,6 +576,8 @@ impl Uzswap {
             stop: AtomicBool::new(false),
             stop_fd,
             ctr: Counters::default(),
+            signal,
+            faulting: std::sync::atomic::AtomicUsize::new(0),
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
@@ -548,7 +588,11 @@ impl Uzswap {
             threads: Mutex::new(Vec::new()),
         });
         let mut threads = Vec::new();
-        for i in 0..sh.cfg.handler_threads {
+        if signal {
+            sigbus::attach(&sh)?;
+        }
+        let handlers = if signal { 0 } else { sh.cfg.handler_threads };
+        for i in 0..handlers {
             let s = sh.clone();
             threads.push(
                 std::thread::Builder::new()

@@ -1,6 +1,7 @@
 //! The userfaultfd system interface the `userfaultfd` crate does not cover:
 //! opening the descriptor (through `/dev/userfaultfd`, else the syscall with
-//! `UFFD_USER_MODE_ONLY`), the API handshake, and `UFFDIO_COPY` with the
+//! `UFFD_USER_MODE_ONLY`), the API handshake (with `UFFD_FEATURE_SIGBUS` for
+//! faults resolved in the faulting thread), and `UFFDIO_COPY` with the
 //! write-protect mode and an honest partial count. Everything else
 //! (register, write-protect, wake, reading events) goes through the crate.
 //!
@@ -21,6 +22,7 @@ const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 const UFFDIO_COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const UFFDIO_COPY_MODE_WP: u64 = 1 << 1;
 const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
+const UFFD_FEATURE_SIGBUS: u64 = 1 << 7;
 const UFFDIO_WRITEPROTECT_BIT: u64 = 1 << 0x06;
 
 #[repr(C)]
@@ -59,8 +61,10 @@ pub enum OpenPath {
     SyscallUserMode,
 }
 
-/// Open a non-blocking, close-on-exec userfaultfd with write-protect support.
-pub fn open() -> Result<(Uffd, OpenPath), RegionError> {
+/// Open a non-blocking, close-on-exec userfaultfd with write-protect
+/// support; with `sigbus`, faults raise SIGBUS in the faulting thread
+/// instead of queueing events (`UFFD_FEATURE_SIGBUS`).
+pub fn open(sigbus: bool) -> Result<(Uffd, OpenPath), RegionError> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
     let (fd, path) = match open_dev(flags) {
         Ok(fd) => (fd, OpenPath::DevUserfaultfd),
@@ -78,9 +82,10 @@ pub fn open() -> Result<(Uffd, OpenPath), RegionError> {
     // SAFETY: `fd` is a freshly created descriptor that nothing else owns;
     // the Uffd takes ownership and closes it on drop.
     let uffd = unsafe { Uffd::from_raw_fd(fd) };
+    let want = if sigbus { UFFD_FEATURE_SIGBUS } else { 0 };
     let mut api = UffdioApi {
         api: UFFD_API,
-        features: 0,
+        features: want,
         ioctls: 0,
     };
     // SAFETY: UFFDIO_API reads and writes exactly one `struct uffdio_api`,
@@ -88,9 +93,14 @@ pub fn open() -> Result<(Uffd, OpenPath), RegionError> {
     let r = unsafe { libc::ioctl(fd, UFFDIO_API, &mut api as *mut UffdioApi) };
     if r < 0 {
         return Err(RegionError::Unavailable(format!(
-            "UFFDIO_API: {}",
+            "UFFDIO_API (features {want:#x}): {}",
             errstr(errno())
         )));
+    }
+    if api.features & want != want {
+        return Err(RegionError::Unavailable(
+            "this kernel's userfaultfd cannot raise SIGBUS (needs Linux 4.14+)".into(),
+        ));
     }
     if api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP == 0 {
         return Err(RegionError::Unavailable(

@@ -1,0 +1,147 @@
+//! Faults resolved in the thread that takes them (`HandlerMode::Signal`).
+//!
+//! With `UFFD_FEATURE_SIGBUS` the kernel queues no fault event: the access
+//! raises SIGBUS in the faulting thread, and this module's handler resolves
+//! the fault right there (the same resolver the handler threads run), then
+//! returns so the access is retried. A fault then costs no wake-up of a
+//! handler thread and no wake-up back, each 15-100 us between vCPUs of a
+//! small VM, and the decompression runs on the CPU that needs the data.
+//!
+//! The price, and why it is opt-in: a fault the kernel takes on the
+//! program's behalf (a system call reading or writing a region page that is
+//! not mapped) fails with EFAULT instead of being resolved, and the process
+//! shares its SIGBUS disposition with us (we chain to the handler that was
+//! there before for every address outside our regions, so Rust's own stack
+//! overflow reporting keeps working; a handler the program installs after
+//! ours must chain back the same way).
+//!
+//! What runs in the signal handler is ordinary uzswap code: it takes the
+//! cache's locks and allocates. That is sound because the signal is
+//! synchronous: the interrupted instruction is an access to region memory,
+//! and uzswap's own code never touches a region page that can be missing
+//! while holding a lock (the evictor reads only mapped, write-protected
+//! chunks). A program whose *allocator* keeps its heap in a uzswap region
+//! must not use this mode.
+//!
+//! Locking: `INSTANCES` is read-held only to find the instance of an
+//! address; it is written when an instance starts or stops.
+
+use super::{fault, RegionError, Shared};
+use parking_lot::RwLock;
+use std::sync::{Arc, OnceLock};
+
+/// Instances in signal mode.
+static INSTANCES: RwLock<Vec<Arc<Shared>>> = RwLock::new(Vec::new());
+/// The disposition SIGBUS had before ours (chained to for other addresses).
+static PREVIOUS: OnceLock<Result<Previous, String>> = OnceLock::new();
+
+#[derive(Clone, Copy)]
+struct Previous(libc::sigaction);
+// SAFETY: a plain C struct of a handler address, flags and a mask; it is
+// written once, before it is shared, and only read afterwards.
+unsafe impl Send for Previous {}
+// SAFETY: as above.
+unsafe impl Sync for Previous {}
+
+/// Route this instance's faults to the signal handler (installed once per
+/// process).
+pub(super) fn attach(sh: &Arc<Shared>) -> Result<(), RegionError> {
+    PREVIOUS
+        .get_or_init(install)
+        .as_ref()
+        .map_err(|e| RegionError::Os(e.clone()))?;
+    INSTANCES.write().push(sh.clone());
+    Ok(())
+}
+
+/// Stop routing faults to `sh` (its regions are gone).
+pub(super) fn detach(sh: &Shared) {
+    INSTANCES.write().retain(|s| !std::ptr::eq(&**s, sh));
+}
+
+fn install() -> Result<Previous, String> {
+    // SAFETY: zeroed is a valid sigaction; the fields we need are set below.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_sigbus as *const () as usize;
+    // Not SA_ONSTACK: resolving a fault (decompressing, inline eviction)
+    // needs a real stack, and the alternate stacks threads have (Rust sets
+    // one up per thread to report stack overflows) are a few KiB. A fault
+    // on our regions is never a stack overflow, so the thread's own stack
+    // is there. SA_RESTART: interrupted calls go on.
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: an empty mask is valid for sigemptyset.
+    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: both structs are valid for the call.
+    if unsafe { libc::sigaction(libc::SIGBUS, &sa, &mut old) } != 0 {
+        return Err(format!(
+            "sigaction(SIGBUS): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(Previous(old))
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: errno is thread-local; the handler must leave it as found.
+    let errno = unsafe { *libc::__errno_location() };
+    let found = {
+        let list = INSTANCES.read();
+        list.iter()
+            .find_map(|sh| sh.lookup(addr).map(|r| (sh.clone(), r)))
+    };
+    match found {
+        Some((sh, r)) => fault::resolve_here(&sh, &r, addr, is_write(ctx)),
+        None => chain(sig, info, ctx),
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Whether the faulting access was a write (the page-fault error code's
+/// write bit). Where the architecture's context is not decoded this says
+/// "read": a write is then resolved as a read first and faults once more.
+fn is_write(ctx: *mut libc::c_void) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        const X86_PF_WRITE: i64 = 1 << 1;
+        let uc = ctx as *const libc::ucontext_t;
+        // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+        let err = unsafe { (*uc).uc_mcontext.gregs[libc::REG_ERR as usize] };
+        err & X86_PF_WRITE != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        false
+    }
+}
+
+/// A SIGBUS that is not ours: hand it to whoever had it before, or let the
+/// default action happen (the access is retried and kills the process).
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let Some(Ok(Previous(old))) = PREVIOUS.get() else {
+        return;
+    };
+    match old.sa_sigaction {
+        libc::SIG_DFL | libc::SIG_IGN => {
+            // SAFETY: restoring the default action for SIGBUS.
+            unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+        }
+        h if old.sa_flags & libc::SA_SIGINFO != 0 => {
+            // SAFETY: the previous owner installed `h` as an SA_SIGINFO
+            // handler, so it has this signature.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(h) };
+            f(sig, info, ctx);
+        }
+        h => {
+            // SAFETY: a plain handler installed without SA_SIGINFO.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+            f(sig);
+        }
+    }
+}
