@@ -108,8 +108,14 @@ pub(super) fn backstop(sh: &Shared) {
     // While eviction is futile (incompressible chunks: storing them frees
     // nothing until writeback moves their copies to the device), faults
     // install into the margin without trying; one that would pass the
-    // budget itself makes room first, writing back before it evicts.
-    if futile(sh) && sh.usage() + incoming <= sh.cfg.budget {
+    // budget itself makes room first, writing back before it evicts. Not
+    // while a batch is in flight: its store needs the margin.
+    let in_flight = if sh.evict_lock.is_locked() {
+        store_margin(sh.chunk)
+    } else {
+        0
+    };
+    if futile(sh) && sh.usage() + incoming + in_flight <= sh.cfg.budget {
         return;
     }
     let mut clock = sh.evict_lock.lock();
@@ -133,6 +139,23 @@ pub(super) fn backstop(sh: &Shared) {
             }
             Some(_) => {}
         }
+    }
+}
+
+/// Before a store (pool first, resident after): if installs took the
+/// margin under the budget while eviction was futile, make room for the
+/// store's transient by freeing clean copies, then by writing back. Best
+/// effort: where nothing can be freed (no pool to write back) the store
+/// goes ahead, as eviction is then the only way down.
+fn room_for_store(sh: &Shared) {
+    let need = store_margin(sh.chunk);
+    let short = || (sh.usage() + need).saturating_sub(sh.cfg.budget);
+    if short() == 0 {
+        return;
+    }
+    sh.zswap.drop_clean(short());
+    if short() > 0 {
+        sh.zswap.reclaim(short());
     }
 }
 
@@ -375,6 +398,7 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
         // stays mapped while we hold `live`, and is write-protected, so
         // nothing changes it while the slice lives.
         let data = unsafe { std::slice::from_raw_parts(addr as *const u8, chunk) };
+        room_for_store(sh);
         match sh.zswap.store_folio(first, sh.order, data) {
             Ok(()) => {
                 // Charge the store by its delta: the pool just grew by the
@@ -473,6 +497,7 @@ fn evict_partial(sh: &Shared, v: &Victim) -> i64 {
         // SAFETY: the page is mapped (PARTIAL before we took it) and
         // write-protected, and stays so while we hold `live`.
         let data = unsafe { std::slice::from_raw_parts(addr as *const u8, PAGE_SIZE) };
+        room_for_store(sh);
         if sh.zswap.store(key, data).is_err() {
             sh.ctr.evict_aborts.fetch_add(1, Relaxed);
             // Still a valid PARTIAL chunk: mapped, protected, copy gone.

@@ -325,6 +325,9 @@ pub struct UzswapStats {
     pub evict_batches: u64,
     /// Batches the fault handler ran itself to hold the budget.
     pub evict_inline_batches: u64,
+    /// Charge points at which resident + pool was over the budget (0 when
+    /// the budget held throughout).
+    pub budget_overruns: u64,
     pub workingset_refault: u64,
     pub workingset_activate: u64,
     /// Service time (event read to install) of faults served from the pool.
@@ -351,6 +354,7 @@ struct Counters {
     evict_aborts: AtomicU64,
     evict_batches: AtomicU64,
     evict_inline_batches: AtomicU64,
+    budget_overruns: AtomicU64,
     workingset_refault: AtomicU64,
     workingset_activate: AtomicU64,
 }
@@ -428,7 +432,11 @@ impl Shared {
     }
 
     fn note_peak(&self) {
-        self.peak.fetch_max(self.usage(), Relaxed);
+        let u = self.usage();
+        if u > self.cfg.budget {
+            self.ctr.budget_overruns.fetch_add(1, Relaxed);
+        }
+        self.peak.fetch_max(u, Relaxed);
     }
 
     fn lookup(&self, addr: usize) -> Option<Arc<RegionInner>> {
@@ -886,6 +894,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         evict_aborts: g(&c.evict_aborts),
         evict_batches: g(&c.evict_batches),
         evict_inline_batches: g(&c.evict_inline_batches),
+        budget_overruns: g(&c.budget_overruns),
         workingset_refault: g(&c.workingset_refault),
         workingset_activate: g(&c.workingset_activate),
         fault_latency_us: sh.lat_pool.summary(),
