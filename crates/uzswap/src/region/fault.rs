@@ -15,6 +15,7 @@ use super::uffd_sys::{self, Copy};
 use super::{evict, uffd_fd, RegionError, RegionInner, Shared};
 use crate::zswap::{LoadError, LoadMode, SwapEntry};
 use crate::PAGE_SIZE;
+use parking_lot::RwLockReadGuard;
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::atomic::Ordering::*;
@@ -101,35 +102,52 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
         sh.wake(page, PAGE_SIZE);
         return;
     };
-    resolve_in(sh, &r, addr, Some(wp), write, scratch, t0);
+    resolve_in(sh, &r, addr, Fault::Event { wp, write }, scratch, t0);
+}
+
+/// What is known of a fault.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// A queued event: the kernel says whether it is a write-protect fault
+    /// and whether it is a write.
+    Event { wp: bool, write: bool },
+    /// A signal: the write bit where the architecture's context gives it;
+    /// missing or write-protect follows from the chunk state.
+    Signal { write: Option<bool> },
 }
 
 /// Resolve a fault at `addr` of `r` in the thread that took it
 /// (`HandlerMode::Signal`, called from the SIGBUS handler). On return the
 /// access is retried.
-pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: bool) {
+pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Option<bool>) {
     thread_local! {
         static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
     let t0 = Instant::now();
+    let fault = Fault::Signal { write };
     sh.faulting.fetch_add(1, Relaxed);
-    SCRATCH.with(|s| match s.try_borrow_mut() {
+    let done = SCRATCH.try_with(|s| match s.try_borrow_mut() {
         Ok(mut buf) => {
             if buf.len() < sh.chunk {
                 buf.resize(sh.chunk, 0);
             }
-            resolve_in(sh, r, addr, None, write, &mut buf[..sh.chunk], t0);
+            resolve_in(sh, r, addr, fault, &mut buf[..sh.chunk], t0);
+            true
         }
         // Only a fault raised while resolving another could get here;
         // uzswap never touches unmapped region memory, but be safe.
-        Err(_) => resolve_in(sh, r, addr, None, write, &mut vec![0; sh.chunk], t0),
+        Err(_) => false,
     });
+    if done != Ok(true) {
+        // Or a fault in a thread's exit code, after its locals are gone.
+        resolve_in(sh, r, addr, fault, &mut vec![0; sh.chunk], t0);
+    }
     sh.faulting.fetch_sub(1, Relaxed);
 }
 
-/// Whether a fault on a chunk in state `w` at `page` is a write-protect
-/// fault: the page is mapped (and protected), so only a write can fault
-/// there. For a signal, which does not say.
+/// Whether `page` of chunk `ci` in state `w` is mapped, so that a fault on
+/// it can only be a write to a protected page. For a signal, which does not
+/// say which kind of fault it is.
 fn mapped_here(r: &RegionInner, ci: usize, chunk: usize, w: u32, page: usize) -> bool {
     match chunk::state(w) {
         CLEAN | RESIDENT => true,
@@ -140,14 +158,13 @@ fn mapped_here(r: &RegionInner, ci: usize, chunk: usize, w: u32, page: usize) ->
     }
 }
 
-/// Resolve a fault at `addr` of `r`: from an event (`wp` says which kind)
-/// or in the faulting thread (`wp` None: read from the chunk state).
+/// Resolve a fault at `addr` of `r`, from an event or in the faulting
+/// thread.
 fn resolve_in(
     sh: &Shared,
     r: &RegionInner,
     addr: usize,
-    wp: Option<bool>,
-    write: bool,
+    fault: Fault,
     scratch: &mut [u8],
     t0: Instant,
 ) {
@@ -156,7 +173,16 @@ fn resolve_in(
     loop {
         let w = r.state[ci].load(Acquire);
         let st = chunk::state(w);
-        let wp = wp.unwrap_or_else(|| mapped_here(r, ci, sh.chunk, w, page));
+        let (wp, write) = match fault {
+            Fault::Event { wp, write } => (wp, write),
+            // A read that faulted on a page mapped now was resolved since
+            // (stale, below); where reads and writes cannot be told apart,
+            // a fault on a mapped page is taken for a write.
+            Fault::Signal { write } => (
+                mapped_here(r, ci, sh.chunk, w, page) && write != Some(false),
+                write.unwrap_or(false),
+            ),
+        };
         match (st, wp) {
             (BUSY | EVICTING, _) if sh.signal => {
                 // The faulting thread is ours to hold: wait for the owner,
@@ -171,14 +197,11 @@ fn resolve_in(
                 }
             }
             (UNTOUCHED | STORED, false) => {
-                evict::backstop(sh);
-                let live = r.live.read();
-                if !*live {
-                    return;
-                }
-                if chunk::transition(&r.state[ci], st, BUSY, 0, 0).is_err() {
-                    continue;
-                }
+                let live = match own(sh, r, ci, st, true) {
+                    Own::Gone => return,
+                    Own::Lost => continue,
+                    Own::Owned(live, _) => live,
+                };
                 let res = if st == UNTOUCHED {
                     install_zero_around(sh, r, ci)
                 } else if let Some(p) = sub_chunk(sh, r, ci, addr, write) {
@@ -207,14 +230,15 @@ fn resolve_in(
                 }
                 // A second fault in the chunk (it is used beyond one page),
                 // or a write: the whole chunk comes in.
-                evict::backstop(sh);
-                let live = r.live.read();
-                if !*live {
-                    return;
-                }
-                if chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0).is_err() {
-                    continue;
-                }
+                let (_live, prev) = match own(sh, r, ci, PARTIAL, true) {
+                    Own::Gone => return,
+                    Own::Lost => continue,
+                    Own::Owned(live, prev) => (live, prev),
+                };
+                // The backstop may have waited: the chunk may have been
+                // evicted and made PARTIAL again on another page since `w`.
+                // The page mapped is the one in the word we replaced.
+                let p = chunk::part_page(prev).expect("PARTIAL without its page");
                 if wp {
                     sh.ctr.faults_wp.fetch_add(1, Relaxed);
                 }
@@ -224,13 +248,11 @@ fn resolve_in(
                 return;
             }
             (CLEAN, true) => {
-                let live = r.live.read();
-                if !*live {
-                    return;
-                }
-                if chunk::transition(&r.state[ci], CLEAN, BUSY, 0, 0).is_err() {
-                    continue;
-                }
+                let _live = match own(sh, r, ci, CLEAN, false) {
+                    Own::Gone => return,
+                    Own::Lost => continue,
+                    Own::Owned(live, _) => live,
+                };
                 sh.ctr.faults_wp.fetch_add(1, Relaxed);
                 // The first write to a clean chunk: the pool copy goes stale.
                 sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
@@ -255,6 +277,33 @@ fn resolve_in(
                 return;
             }
         }
+    }
+}
+
+/// Taking a chunk to resolve a fault on it.
+enum Own<'a> {
+    /// The region is being torn down: nothing to resolve.
+    Gone,
+    /// Another thread moved the chunk first: look at it again.
+    Lost,
+    /// The chunk is BUSY and ours; the guard keeps the region alive. With
+    /// the word it had (a PARTIAL chunk's page is in it).
+    Owned(RwLockReadGuard<'a, bool>, u32),
+}
+
+/// Move chunk `ci` from `from` to BUSY under the region's `live` lock, after
+/// the backstop when resolving it will charge memory (`charges`).
+fn own<'a>(sh: &Shared, r: &'a RegionInner, ci: usize, from: u32, charges: bool) -> Own<'a> {
+    if charges {
+        evict::backstop(sh);
+    }
+    let live = r.live.read();
+    if !*live {
+        return Own::Gone;
+    }
+    match chunk::transition(&r.state[ci], from, BUSY, 0, 0) {
+        Ok(prev) => Own::Owned(live, prev),
+        Err(_) => Own::Lost,
     }
 }
 
@@ -301,7 +350,7 @@ fn install(
         } else {
             // Pages placed writable may have been written already: they
             // stay (a later install skips them), the rest goes back.
-            restore(sh, r, ci, 0..1 << sh.order, scratch, mode);
+            restore_pages(sh, first, 0..1 << sh.order, scratch, mode);
         }
         // The faulting thread stays parked (woken, it would fault again).
         chunk::release(&r.state[ci], STORED, 0, 0);
@@ -311,9 +360,7 @@ fn install(
     // Publish the state before waking, so the woken thread (and anything it
     // does next, like a hint) finds the chunk settled.
     chunk::release(&r.state[ci], to, REJECTED | ACTIVE, REF | flags);
-    sh.wake(base, sh.chunk);
-    sh.note_peak();
-    evict::maybe_kick(sh);
+    settled(sh, base);
     true
 }
 
@@ -367,9 +414,7 @@ fn install_page(sh: &Shared, r: &RegionInner, ci: usize, p: usize, scratch: &mut
         REF | flags | chunk::part_bits(p),
     );
     // Faults on other pages of the chunk may have parked on it.
-    sh.wake(base, sh.chunk);
-    sh.note_peak();
-    evict::maybe_kick(sh);
+    settled(sh, base);
     true
 }
 
@@ -400,8 +445,10 @@ fn fill(
     let pkey = first.offset(p as u64);
     // The whole folio in one load while page p's copy is there: its
     // written-back pages then come in one device read, not two.
+    // Any failure of page p's copy (dropped, or unreadable) leaves the
+    // others to load on their own: p itself is mapped.
     let res = match sh.zswap.load_folio(first, sh.order, scratch, mode) {
-        Err(LoadError::NotFound(k)) if k == pkey => load_around(sh, first, &parts, scratch, mode),
+        Err(e) if e.entry() == Some(pkey) => load_around(sh, first, &parts, scratch, mode),
         r => r,
     };
     if let Err(e) = res {
@@ -438,10 +485,17 @@ fn fill(
     } else {
         chunk::release(&r.state[ci], CLEAN, clear, REF);
     }
+    settled(sh, base);
+    true
+}
+
+/// A chunk at `base` was installed and its new state published: wake the
+/// threads parked on it, note the peak, and kick the evictor above the high
+/// watermark.
+fn settled(sh: &Shared, base: usize) {
     sh.wake(base, sh.chunk);
     sh.note_peak();
     evict::maybe_kick(sh);
-    true
 }
 
 /// Load the pages of `parts` (the pages of a chunk around its mapped one)
@@ -489,17 +543,6 @@ fn unmap_and_restore(
     // SAFETY: pages of a chunk we own (BUSY) in a live region; what is
     // mapped there is a copy of what `scratch` holds.
     unsafe { libc::madvise(a as *mut _, pages.len() * PAGE_SIZE, libc::MADV_DONTNEED) };
-    restore(sh, r, ci, pages, scratch, mode);
-}
-
-fn restore(
-    sh: &Shared,
-    r: &RegionInner,
-    ci: usize,
-    pages: Range<usize>,
-    scratch: &[u8],
-    mode: LoadMode,
-) {
     restore_pages(sh, sh.entry(r, ci), pages, scratch, mode);
 }
 

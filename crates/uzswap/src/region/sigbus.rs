@@ -85,14 +85,17 @@ fn install() -> Result<Previous, String> {
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     // SAFETY: errno is thread-local; the handler must leave it as found.
     let errno = unsafe { *libc::__errno_location() };
-    let found = {
+    // A userfault is BUS_ADRERR with the address; a SIGBUS sent by a
+    // process, or a machine-check one (BUS_MCEERR_*), is not ours.
+    let found = (code == libc::BUS_ADRERR).then(|| {
         let list = INSTANCES.read();
         list.iter()
             .find_map(|sh| sh.lookup(addr).map(|r| (sh.clone(), r)))
-    };
+    });
+    let found = found.flatten();
     match found {
         Some((sh, r)) => fault::resolve_here(&sh, &r, addr, is_write(ctx)),
         None => chain(sig, info, ctx),
@@ -102,34 +105,47 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 }
 
 /// Whether the faulting access was a write (the page-fault error code's
-/// write bit). Where the architecture's context is not decoded this says
-/// "read": a write is then resolved as a read first and faults once more.
-fn is_write(ctx: *mut libc::c_void) -> bool {
+/// write bit), where the architecture's context is decoded (x86-64);
+/// elsewhere None, and a fault on a mapped page is taken for a write.
+fn is_write(ctx: *mut libc::c_void) -> Option<bool> {
     #[cfg(target_arch = "x86_64")]
     {
         const X86_PF_WRITE: i64 = 1 << 1;
         let uc = ctx as *const libc::ucontext_t;
         // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
         let err = unsafe { (*uc).uc_mcontext.gregs[libc::REG_ERR as usize] };
-        err & X86_PF_WRITE != 0
+        Some(err & X86_PF_WRITE != 0)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = ctx;
-        false
+        None
     }
 }
 
-/// A SIGBUS that is not ours: hand it to whoever had it before, or let the
-/// default action happen (the access is retried and kills the process).
+fn info_code(info: *mut libc::siginfo_t) -> libc::c_int {
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
+    unsafe { (*info).si_code }
+}
+
+/// A SIGBUS that is not ours: hand it to whoever had it before, or take the
+/// default action (the process ends, as it would have without us).
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let Some(Ok(Previous(old))) = PREVIOUS.get() else {
         return;
     };
     match old.sa_sigaction {
+        // Sent by a process (si_code <= 0) to a program ignoring SIGBUS.
+        libc::SIG_IGN if info_code(info) <= 0 => {}
         libc::SIG_DFL | libc::SIG_IGN => {
-            // SAFETY: restoring the default action for SIGBUS.
-            unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+            // The default action, as if we had not been here: the signal
+            // is blocked while we run, so the raised one is delivered (and
+            // ends the process) as soon as the handler returns.
+            // SAFETY: restoring the default action and raising the signal.
+            unsafe {
+                libc::signal(libc::SIGBUS, libc::SIG_DFL);
+                libc::raise(libc::SIGBUS);
+            }
         }
         h if old.sa_flags & libc::SA_SIGINFO != 0 => {
             // SAFETY: the previous owner installed `h` as an SA_SIGINFO

@@ -258,6 +258,19 @@ pub enum LoadError {
     Device(SwapEntry, String),
 }
 
+impl LoadError {
+    /// The page the error is about, where it is about one.
+    pub fn entry(&self) -> Option<SwapEntry> {
+        match self {
+            LoadError::NotFound(k)
+            | LoadError::Checksum(k)
+            | LoadError::Decompress(k, _)
+            | LoadError::Device(k, _) => Some(*k),
+            LoadError::BadSize { .. } | LoadError::BadOrder(_) | LoadError::BadRange(..) => None,
+        }
+    }
+}
+
 /// The compressed cache. `Send + Sync`: every operation takes `&self`.
 pub struct Zswap {
     cfg: ZswapConfig,
