@@ -419,13 +419,15 @@ impl Inner {
     }
 
     /// Pages to fault in at once when taking clean pages for a run of `n`:
-    /// up to [`GROW_PAGES`], while the cache stays within 1/64 of the live
+    /// as many as keep the cache within [`GROW_PAGES`] and 1/64 of the live
     /// pages. The extra pages are cached and counted, so this keeps what a
-    /// fill leaves cached small (a quarter of the trim bound), and a small
-    /// pool does not populate what its next free would give back.
+    /// fill leaves cached small (a quarter of the trim bound), a small pool
+    /// does not populate what its next free would give back, and no store
+    /// grows the pool by more than its own runs plus `GROW_PAGES` (a
+    /// caller's budget reserves that much for a store in flight).
     fn grow_pages(&self, n: usize) -> usize {
-        let room = (self.live_pages / (4 * CACHE_DIVISOR)).saturating_sub(self.cached_pages);
-        n.max(room.min(GROW_PAGES as u64) as usize)
+        let cap = (self.live_pages / (4 * CACHE_DIVISOR)).min(GROW_PAGES as u64);
+        n.max(cap.saturating_sub(self.cached_pages) as usize)
     }
 
     /// Clean pages for a run of `n`: the current arena first, then any.
