@@ -343,15 +343,22 @@ fn install(
     let to = if keep { CLEAN } else { RESIDENT };
     // Charge before the pages appear, so usage never under-reports.
     sh.resident.fetch_add(sh.chunk as u64, Relaxed);
-    if let Err(e) = copy_chunk(sh, base, scratch, keep) {
+    if let Err((e, mapped)) = copy_chunk(sh, base, scratch, keep) {
         sh.resident.fetch_sub(sh.chunk as u64, Relaxed);
-        if keep {
-            unmap_and_restore(sh, r, ci, 0..1 << sh.order, scratch, mode);
-        } else {
-            // Pages placed writable may have been written already: they
-            // stay (a later install skips them), the rest goes back.
-            restore_pages(sh, first, 0..1 << sh.order, scratch, mode);
+        if !keep && mapped > 0 {
+            // Pages placed writable may have been written already: protect
+            // them and take what they hold now, so the chunk goes back to
+            // the cache whole and no write is lost.
+            if let Err(we) = sh.uffd.write_protect(base as *mut _, mapped) {
+                fail(sh, &format!("protecting a failed install: {we}"));
+            }
+            // SAFETY: the first `mapped` bytes of the chunk are mapped (the
+            // copy placed them, or found them there), the chunk is ours
+            // (BUSY) under the live lock, and writes to it now trap.
+            let now = unsafe { std::slice::from_raw_parts(base as *const u8, mapped) };
+            scratch[..mapped].copy_from_slice(now);
         }
+        unmap_and_restore(sh, r, ci, 0..1 << sh.order, scratch, mode);
         // The faulting thread stays parked (woken, it would fault again).
         chunk::release(&r.state[ci], STORED, 0, 0);
         fail(sh, &e);
@@ -400,7 +407,7 @@ fn install_page(sh: &Shared, r: &RegionInner, ci: usize, p: usize, scratch: &mut
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.faults_partial.fetch_add(1, Relaxed);
     sh.resident.fetch_add(PAGE_SIZE as u64, Relaxed);
-    if let Err(e) = copy_chunk(sh, base + p * PAGE_SIZE, buf, true) {
+    if let Err((e, _)) = copy_chunk(sh, base + p * PAGE_SIZE, buf, true) {
         sh.resident.fetch_sub(PAGE_SIZE as u64, Relaxed);
         unmap_and_restore(sh, r, ci, p..p + 1, scratch, LoadMode::KeepClean);
         chunk::release(&r.state[ci], STORED, 0, 0);
@@ -462,7 +469,7 @@ fn fill(
     sh.resident.fetch_add(more, Relaxed);
     for part in &parts {
         let src = &scratch[part.start * PAGE_SIZE..part.end * PAGE_SIZE];
-        if let Err(e) = copy_chunk(sh, base + part.start * PAGE_SIZE, src, true) {
+        if let Err((e, _)) = copy_chunk(sh, base + part.start * PAGE_SIZE, src, true) {
             sh.resident.fetch_sub(more, Relaxed);
             for part in &parts {
                 unmap_and_restore(sh, r, ci, part.clone(), scratch, mode);
@@ -595,7 +602,7 @@ fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     sh.ctr.faults_zero.fetch_add(1, Relaxed);
     sh.ctr.zero_filled_chunks.fetch_add(n as u64, Relaxed);
     sh.resident.fetch_add(len as u64, Relaxed);
-    if let Err(e) = copy_chunk(sh, base, &sh.zeros[..len], false) {
+    if let Err((e, _)) = copy_chunk(sh, base, &sh.zeros[..len], false) {
         sh.resident.fetch_sub(len as u64, Relaxed);
         for c in lo..hi {
             chunk::release(&r.state[c], UNTOUCHED, 0, 0);
@@ -613,8 +620,9 @@ fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
 }
 
 /// One `UFFDIO_COPY` of a whole chunk, carrying on past pages a concurrent
-/// resolver already installed (EEXIST is success for those pages).
-fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), String> {
+/// resolver already installed (EEXIST is success for those pages). On
+/// failure, also how many bytes from `base` are mapped by then.
+fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), (String, usize)> {
     let mut off = 0;
     while off < src.len() {
         // SAFETY: `src[off..]` is readable; `base+off..base+len` is inside a
@@ -627,7 +635,8 @@ fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), Stri
                 src.len() - off,
                 wp,
             )
-        }?;
+        }
+        .map_err(|e| (e, off))?;
         match r {
             Copy::Done => break,
             Copy::Again(n) => {
