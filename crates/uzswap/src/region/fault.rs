@@ -636,7 +636,7 @@ fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), (Str
                 wp,
             )
         }
-        .map_err(|e| (e, off))?;
+        .map_err(|(e, done)| (e, off + done))?;
         match r {
             Copy::Done => break,
             Copy::Again(n) => {

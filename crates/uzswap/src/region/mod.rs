@@ -104,6 +104,7 @@ mod sigbus;
 mod uffd_sys;
 
 pub use latency::LatencySummary;
+pub use uffd_sys::failpoints;
 pub use uffd_sys::OpenPath;
 
 use crate::swap::{SwapDeviceConfig, SwapError};

@@ -8,6 +8,7 @@
 //! No locking: each call is one ioctl on a descriptor the caller owns.
 
 use super::RegionError;
+use crate::PAGE_SIZE;
 use std::os::fd::{FromRawFd, RawFd};
 use userfaultfd::Uffd;
 
@@ -169,13 +170,25 @@ pub enum Copy {
 /// `src` must be readable for `len` bytes; `dst..dst+len` must lie in a
 /// range registered with `uffd` (the kernel checks this, but installing
 /// into memory someone else owns would overwrite their pages' absence).
+///
+/// On failure, also the bytes installed before it failed.
 pub unsafe fn copy(
     fd: RawFd,
     dst: usize,
     src: *const u8,
     len: usize,
     wp: bool,
-) -> Result<Copy, String> {
+) -> Result<Copy, (String, usize)> {
+    // Failure injection (`failpoints`): install the first half, then fail.
+    let injected = failpoints::FAIL_NEXT_COPY.swap(false, std::sync::atomic::Ordering::AcqRel);
+    let len = if injected {
+        len / 2 / PAGE_SIZE * PAGE_SIZE
+    } else {
+        len
+    };
+    if injected && len == 0 {
+        return Err(("UFFDIO_COPY: injected failure".into(), 0));
+    }
     let mut c = UffdioCopy {
         dst: dst as u64,
         src: src as u64,
@@ -187,6 +200,9 @@ pub unsafe fn copy(
     // caller vouches for the source and destination ranges.
     let r = unsafe { libc::ioctl(fd, UFFDIO_COPY, &mut c as *mut UffdioCopy) };
     if r == 0 {
+        if injected {
+            return Err(("UFFDIO_COPY: injected failure".into(), len));
+        }
         return Ok(Copy::Done);
     }
     let e = errno();
@@ -194,9 +210,24 @@ pub unsafe fn copy(
     match e {
         libc::EEXIST => Ok(Copy::Exists(done)),
         libc::EAGAIN => Ok(Copy::Again(done)),
-        _ => Err(format!(
-            "UFFDIO_COPY at {dst:#x} ({len} bytes): {}",
-            errstr(e)
+        _ => Err((
+            format!("UFFDIO_COPY at {dst:#x} ({len} bytes): {}", errstr(e)),
+            done,
         )),
+    }
+}
+
+/// Failure injection for tests of the error paths (sled's failpoints, in
+/// miniature): armed by a test, consumed by the next call it names.
+#[doc(hidden)]
+pub mod failpoints {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    pub(super) static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
+
+    /// The next `UFFDIO_COPY` installs the first half of its pages (whole
+    /// pages, possibly none) and then fails.
+    pub fn fail_next_copy() {
+        FAIL_NEXT_COPY.store(true, Ordering::Release);
     }
 }
