@@ -2,7 +2,8 @@
 //! opening the descriptor (through `/dev/userfaultfd`, else the syscall with
 //! `UFFD_USER_MODE_ONLY`), the API handshake (with `UFFD_FEATURE_SIGBUS` for
 //! faults resolved in the faulting thread), and `UFFDIO_COPY` with the
-//! write-protect mode and an honest partial count. Everything else
+//! write-protect mode and an honest partial count (and a failpoint that
+//! makes it fail, for tests of the error paths). Everything else
 //! (register, write-protect, wake, reading events) goes through the crate.
 //!
 //! No locking: each call is one ioctl on a descriptor the caller owns.
