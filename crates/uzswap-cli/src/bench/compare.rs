@@ -239,20 +239,18 @@ fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column, budget: u64) -> V
     }
     if col.backend == "uzswap" {
         v.push("--handler".into());
-        v.push(handler_name(a.uzswap_handler).into());
+        v.push(handler_name(a.uzswap_handler));
     }
     v.push("--verify".into());
     v.push("--json".into());
     v
 }
 
-fn handler_name(h: crate::usemem::Handler) -> &'static str {
-    use crate::usemem::Handler;
-    match h {
-        Handler::Block => "block",
-        Handler::Spin => "spin",
-        Handler::Signal => "signal",
-    }
+/// The name usemem's `--handler` takes for `h`.
+fn handler_name(h: crate::usemem::Handler) -> String {
+    use clap::ValueEnum;
+    h.to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned())
 }
 
 /// Run one cell in its own process; (JSON line, user+sys of its tree).

@@ -57,14 +57,15 @@ pub fn part_page(w: u32) -> Option<usize> {
     (w & PART != 0).then_some(((w & PAGE_BITS) >> PAGE_SHIFT) as usize)
 }
 
-/// Resident bytes charged for a mapped chunk (RESIDENT, CLEAN, PARTIAL, or
-/// EVICTING from one of them) with word `w`.
+/// Resident bytes charged for a chunk with word `w`: a mapped chunk
+/// (RESIDENT, CLEAN, PARTIAL, or EVICTING from one of them) is charged its
+/// mapped pages, any other nothing.
 #[inline]
 pub fn charge(w: u32, chunk: usize) -> u64 {
-    if w & PART != 0 {
-        crate::PAGE_SIZE as u64
-    } else {
-        chunk as u64
+    match state(w) {
+        RESIDENT | CLEAN | PARTIAL | EVICTING if w & PART != 0 => crate::PAGE_SIZE as u64,
+        RESIDENT | CLEAN | PARTIAL | EVICTING => chunk as u64,
+        _ => 0,
     }
 }
 

@@ -468,8 +468,8 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
     uncharged as i64
 }
 
-/// Victim `v` (EVICTING, ours) has all its pages in the cache and none
-/// mapped: it is STORED now.
+/// Chunk `ci` of `r` (EVICTING, ours) has all its pages in the cache and
+/// none mapped: it is STORED now.
 fn stored_now(sh: &Shared, r: &RegionInner, ci: usize) {
     let now = sh.evict_clock.fetch_add(1, Relaxed);
     r.shadow[ci].store(now as u32, Relaxed);
@@ -519,8 +519,9 @@ fn evict_partial(sh: &Shared, v: &Victim) -> i64 {
             "uzswap: evictor: MADV_DONTNEED: {}",
             std::io::Error::last_os_error()
         );
-        // Mapped and protected still, its copy just claimed: PARTIAL again
-        // once the copy is clean again; simplest is to drop the copy.
+        // Still mapped and protected, so PARTIAL again; its copy, claimed
+        // or stored just now, is no longer a clean copy, so it is dropped
+        // (PARTIAL allows the mapped page's copy to be gone).
         sh.resident.fetch_add(PAGE_SIZE as u64, Relaxed);
         sh.zswap.invalidate(key);
         if chunk::release(&r.state[v.ci], PARTIAL, 0, REJECTED) {

@@ -806,7 +806,8 @@ fn register(sh: &Shared, r: &RegionInner) -> Result<(), RegionError> {
     sh.resident.fetch_add(charged, Relaxed);
     for a in holes {
         // SAFETY: `a` is inside the live mapping of `r`; the read raises a
-        // missing fault that the handler threads resolve with zeros.
+        // missing fault that is resolved with zeros (by a handler thread,
+        // or in signal mode by this thread).
         unsafe { std::ptr::read_volatile(a as *const u8) };
     }
     sh.note_peak();
@@ -945,23 +946,13 @@ impl Region {
         unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
     }
 
-    /// Bytes of this region mapped now (chunks RESIDENT, CLEAN or PARTIAL): with the
-    /// region quiescent, the instance's `resident_bytes` is the sum of this
-    /// over its regions.
+    /// Bytes of this region mapped now (chunks RESIDENT, CLEAN, PARTIAL,
+    /// or EVICTING from one of them): with the region quiescent, the
+    /// instance's `resident_bytes` is the sum of this over its regions.
     pub fn resident_bytes(&self) -> u64 {
         let chunk = self.owner.sh.chunk;
-        let mapped = self
-            .inner
-            .state
-            .iter()
-            .map(|s| s.load(Acquire))
-            .filter(|&w| {
-                matches!(
-                    chunk::state(w),
-                    chunk::RESIDENT | chunk::CLEAN | chunk::PARTIAL
-                )
-            });
-        mapped.map(|w| chunk::charge(w, chunk)).sum()
+        let words = self.inner.state.iter().map(|s| s.load(Acquire));
+        words.map(|w| chunk::charge(w, chunk)).sum()
     }
 
     /// Hint about the bytes `range` (widened to whole chunks).
@@ -1011,13 +1002,7 @@ impl Drop for Region {
         for s in r.state.iter() {
             // EVICTING: picked by an evictor that will see `live` false and
             // leave the chunk (and its charge) to us.
-            let w = s.load(Acquire);
-            if matches!(
-                chunk::state(w),
-                chunk::RESIDENT | chunk::CLEAN | chunk::PARTIAL | chunk::EVICTING
-            ) {
-                resident += chunk::charge(w, sh.chunk);
-            }
+            resident += chunk::charge(s.load(Acquire), sh.chunk);
         }
         sh.resident.fetch_sub(resident, Relaxed);
         if r.registered.load(Acquire) {
