@@ -86,12 +86,12 @@ pub fn names() -> &'static [&'static str] {
 }
 
 /// Look a compressor up by name. "zstd" and "deflate" take an optional level
-/// suffix: "zstd:3", "deflate:6".
+/// suffix: "zstd:3", "zstd:-1" (a fast level), "deflate:6".
 pub fn by_name(name: &str) -> Result<Arc<dyn Compressor>, UnknownCompressor> {
     let unknown = || UnknownCompressor {
         name: name.to_string(),
         valid: format!(
-            "{} (zstd:LEVEL with LEVEL {}..={}, deflate:LEVEL with LEVEL {}..={})",
+            "{} (zstd:LEVEL with LEVEL {}..=-1 or 1..={}, deflate:LEVEL with LEVEL {}..={})",
             names().join(", "),
             crate::zstd::MIN_LEVEL,
             crate::zstd::MAX_LEVEL,
@@ -108,7 +108,7 @@ pub fn by_name(name: &str) -> Result<Arc<dyn Compressor>, UnknownCompressor> {
         ("lzo", None) => Arc::new(crate::lzo::Lzo),
         ("zstd", l) => {
             let l = l.unwrap_or(crate::zstd::DEFAULT_LEVEL);
-            if !(crate::zstd::MIN_LEVEL..=crate::zstd::MAX_LEVEL).contains(&l) {
+            if l == 0 || !(crate::zstd::MIN_LEVEL..=crate::zstd::MAX_LEVEL).contains(&l) {
                 return Err(unknown());
             }
             Arc::new(crate::zstd::Zstd::new(l))

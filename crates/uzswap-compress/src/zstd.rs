@@ -1,4 +1,5 @@
-//! zstd backend: one zstd frame per page, level configurable ("zstd:3").
+//! zstd backend: one zstd frame per page, level configurable ("zstd:3", or
+//! a fast level: "zstd:-1").
 //!
 //! A zstd CCtx / DCtx is expensive to create (hundreds of KiB of tables), so
 //! each `CompressCtx` keeps one of each for its whole life and only resets
@@ -6,7 +7,10 @@
 
 use crate::compressor::{CompressCtx, CompressError, Compressor, CompressorId, DecompressError};
 
-pub(crate) const MIN_LEVEL: i32 = 1;
+/// zstd's fast levels are negative ("zstd:-1"): faster than level 1 and,
+/// on page-sized inputs, much denser than lz4 (docs/BENCHMARKS.md). 0 is
+/// not a level (zstd reads it as "the default"), so it is refused.
+pub(crate) const MIN_LEVEL: i32 = -7;
 pub(crate) const MAX_LEVEL: i32 = 22;
 /// zstd's own default, and the kernel's.
 pub(crate) const DEFAULT_LEVEL: i32 = 3;

@@ -127,6 +127,8 @@ fn names_and_levels() {
     }
     assert_eq!(by_name("zstd:7").unwrap().level(), Some(7));
     assert_eq!(by_name("zstd").unwrap().level(), Some(3));
+    assert_eq!(by_name("zstd:-1").unwrap().level(), Some(-1));
+    assert_eq!(by_name("zstd:-7").unwrap().level(), Some(-7));
     assert_eq!(by_name("deflate:9").unwrap().level(), Some(9));
     assert_eq!(by_name("deflate").unwrap().level(), Some(6));
     for bad in [
@@ -134,6 +136,7 @@ fn names_and_levels() {
         "",
         "LZ4",
         "zstd:0",
+        "zstd:-8",
         "zstd:23",
         "zstd:x",
         "deflate:13",

@@ -80,9 +80,11 @@ pub fn page(pattern: &str, index: u64) -> Vec<u8> {
 }
 
 /// Every compressor the tests exercise, levels included.
-pub const COMPRESSORS: [&str; 8] = [
+pub const COMPRESSORS: [&str; 10] = [
     "lz4",
     "zstd",
+    "zstd:-7",
+    "zstd:-1",
     "zstd:1",
     "zstd:19",
     "lzo",
