@@ -18,8 +18,12 @@
 //! - same_filled_vs_lz4: store MB/s of zero / same pages divided by raw lz4
 //!   compress MB/s, both on those same pages and on text pages.
 //!
-//! Each measurement can be repeated (`--repeat`); the best pass is kept, as
-//! the machine may be shared. Every loaded (and raw-decompressed) page is
+//! Raw and cache are timed folio by folio, back to back, taking turns at
+//! going first (`paired`): on a shared machine, whatever else runs falls
+//! on both sides alike, so their ratio holds still from run to run where
+//! two separate passes minutes apart moved it by ±0.1. Each measurement
+//! can be repeated (`--repeat`): MB/s figures keep the best pass, ratios
+//! the median of the passes' own ratios. Every loaded (and raw-decompressed) page is
 //! compared with the original; any mismatch or failed operation makes the
 //! command exit non-zero after printing.
 
@@ -131,7 +135,8 @@ at equal thread count). ratio = original/pool_total_size; space_efficiency = sum
 lengths/pool_total_size. batch = lz4 text store at --batch-workers threads, batch size 1 \
 (inline, serial) vs 32 (spread). same_filled_vs_lz4 = lz4-instance store MB/s of zero/same \
 pages / raw lz4 compress MB/s of the same pages (zero, same) or of text pages (*_vs_text). \
-Best of --repeat passes.";
+Raw and cache timed folio by folio in turns; MB/s: best of --repeat passes; *_vs_raw: median \
+of the passes' ratios.";
 
 fn mbps(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64().max(1e-9) / 1e6
@@ -152,56 +157,114 @@ fn gen_pages(p: Pattern, npages: usize, seed: u64) -> Vec<u8> {
     v
 }
 
-/// Raw single-thread compress of every page, each straight into its own
-/// slot of `out` (sized and touched beforehand, so the timed loop is the
-/// compressor alone); records each page's compressed (offset, len).
-fn raw_compress(
-    ctx: &mut dyn CompressCtx,
-    pages: &[u8],
-    bound: usize,
-    out: &mut [u8],
-    spans: &mut Vec<(usize, usize)>,
-    faults: &mut Faults,
-) -> f64 {
-    spans.clear();
+/// Raw single-thread compress of folio `f`'s pages, each straight into its
+/// own slot of `out` (sized and touched beforehand, so the timed loop is
+/// the compressor alone); records each page's compressed (offset, len).
+fn raw_compress(r: &mut Raw<'_>, f: usize, faults: &mut Faults) -> Duration {
     let t0 = Instant::now();
-    for (i, page) in pages.chunks_exact(PAGE_SIZE).enumerate() {
-        let off = i * bound;
-        match ctx.compress(page, &mut out[off..off + bound]) {
-            Ok(n) => spans.push((off, n)),
+    for i in f * r.folio_pages..(f + 1) * r.folio_pages {
+        let page = &r.pages[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+        let off = i * r.bound;
+        r.spans[i] = match r.ctx.compress(page, &mut r.stream[off..off + r.bound]) {
+            Ok(n) => (off, n),
             Err(_) => {
                 faults.failures += 1;
-                spans.push((off, 0));
+                (off, 0)
             }
-        }
+        };
     }
-    mbps(pages.len(), t0.elapsed())
+    t0.elapsed()
 }
 
-/// Raw single-thread decompress, a folio's pages at a time (timed), each
-/// folio then compared with the original (not timed).
-fn raw_decompress(
-    ctx: &mut dyn CompressCtx,
-    pages: &[u8],
-    comp: &[u8],
-    spans: &[(usize, usize)],
-    folio_pages: usize,
-    faults: &mut Faults,
-) -> f64 {
-    let mut buf = vec![0u8; folio_pages * PAGE_SIZE];
-    let mut busy = Duration::ZERO;
-    for (f, want) in pages.chunks_exact(folio_pages * PAGE_SIZE).enumerate() {
-        let t0 = Instant::now();
-        for (k, out) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
-            let (off, len) = spans[f * folio_pages + k];
-            if ctx.decompress(&comp[off..off + len], out).is_err() {
-                faults.failures += 1;
-            }
+/// Raw single-thread decompress of folio `f` (timed), then compared with
+/// the original (not timed).
+fn raw_decompress(r: &mut Raw<'_>, f: usize, faults: &mut Faults) -> Duration {
+    let t0 = Instant::now();
+    for (k, out) in r.buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+        let (off, len) = r.spans[f * r.folio_pages + k];
+        if r.ctx.decompress(&r.stream[off..off + len], out).is_err() {
+            faults.failures += 1;
         }
-        busy += t0.elapsed();
-        faults.mismatches += count_mismatches(&buf, want);
     }
-    mbps(pages.len(), busy)
+    let t = t0.elapsed();
+    let folio = r.folio_pages * PAGE_SIZE;
+    faults.mismatches += count_mismatches(&r.buf, &r.pages[f * folio..(f + 1) * folio]);
+    t
+}
+
+/// The raw side of a case: the compressor's own context and buffers.
+struct Raw<'a> {
+    ctx: Box<dyn CompressCtx>,
+    pages: &'a [u8],
+    folio_pages: usize,
+    bound: usize,
+    stream: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+    buf: Vec<u8>,
+}
+
+/// Store folio `f` (timed).
+fn store_one(z: &Zswap, pages: &[u8], order: u32, f: usize, faults: &mut Faults) -> Duration {
+    let folio = PAGE_SIZE << order;
+    let first = SwapEntry::new(1, (f as u64) << order);
+    let t0 = Instant::now();
+    let r = z.store_folio(first, order, &pages[f * folio..(f + 1) * folio]);
+    let t = t0.elapsed();
+    if r.is_err() {
+        faults.failures += 1;
+    }
+    t
+}
+
+/// Load folio `f` (exclusive, timed), then compare it (not timed).
+fn load_one(
+    z: &Zswap,
+    pages: &[u8],
+    order: u32,
+    f: usize,
+    buf: &mut [u8],
+    faults: &mut Faults,
+) -> Duration {
+    let folio = PAGE_SIZE << order;
+    let first = SwapEntry::new(1, (f as u64) << order);
+    let t0 = Instant::now();
+    let r = z.load_folio(first, order, buf, LoadMode::Exclusive);
+    let t = t0.elapsed();
+    match r {
+        Ok(()) => faults.mismatches += count_mismatches(buf, &pages[f * folio..(f + 1) * folio]),
+        Err(_) => {
+            faults.failures += 1;
+            faults.mismatches += (folio / PAGE_SIZE) as u64;
+        }
+    }
+    t
+}
+
+/// Time `raw(f)` and `cache(f)` for every folio, back to back and taking
+/// turns at going first, so that whatever else the machine runs meanwhile,
+/// and the cache state one leaves the other, falls on both sides alike.
+/// Returns the two total times.
+fn paired(
+    folios: usize,
+    mut raw: impl FnMut(usize) -> Duration,
+    mut cache: impl FnMut(usize) -> Duration,
+) -> (Duration, Duration) {
+    let (mut tr, mut tc) = (Duration::ZERO, Duration::ZERO);
+    for f in 0..folios {
+        if f % 2 == 0 {
+            tr += raw(f);
+            tc += cache(f);
+        } else {
+            tc += cache(f);
+            tr += raw(f);
+        }
+    }
+    (tr, tc)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn count_mismatches(got: &[u8], want: &[u8]) -> u64 {
@@ -268,36 +331,59 @@ fn run_case(
 ) -> anyhow::Result<Case> {
     let comp = compress::by_name(name)?;
     let pages = gen_pages(pattern, npages, args.seed);
-    let mut ctx = comp.new_ctx();
-    let bound = comp.max_compressed_len(PAGE_SIZE);
-    // Touched now (not zero-mapped), so no page fault lands in the timing.
-    let mut stream = vec![0x55u8; npages * bound];
-    let mut spans = Vec::with_capacity(npages);
     let folio_pages = 1usize << order;
+    let folios = npages / folio_pages;
+    let bound = comp.max_compressed_len(PAGE_SIZE);
+    let mut raw = Raw {
+        ctx: comp.new_ctx(),
+        pages: &pages,
+        folio_pages,
+        bound,
+        // Touched now (not zero-mapped), so no page fault lands in the timing.
+        stream: vec![0x55u8; npages * bound],
+        spans: vec![(0, 0); npages],
+        buf: vec![0u8; folio_pages * PAGE_SIZE],
+    };
+    let mut lbuf = vec![0u8; folio_pages * PAGE_SIZE];
+    let secs = |t: Duration| t.as_secs_f64().max(1e-9);
     let (mut rc, mut rd, mut st, mut sw, mut ld) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    let (mut st_r, mut sw_r, mut ld_r) = (Vec::new(), Vec::new(), Vec::new());
     let mut stats = None;
     for _ in 0..args.repeat.max(1) {
-        rc = rc.max(raw_compress(
-            ctx.as_mut(),
-            &pages,
-            bound,
-            &mut stream,
-            &mut spans,
-            faults,
-        ));
-        rd = rd.max(raw_decompress(
-            ctx.as_mut(),
-            &pages,
-            &stream,
-            &spans,
-            folio_pages,
-            faults,
-        ));
         let z = zswap(name, args.workers, compress::MAX_BATCH)?;
-        st = st.max(store_all(&z, &pages, order, faults));
+        let (mut fr, mut fc) = (Faults::default(), Faults::default());
+        // A fresh pool (its memory first touched), then the same keys again
+        // (each store replaces an object: a swap cache's steady state),
+        // then an exclusive drain; each against the raw compressor.
+        let (tr, tc) = paired(
+            folios,
+            |f| raw_compress(&mut raw, f, &mut fr),
+            |f| store_one(&z, &pages, order, f, &mut fc),
+        );
         stats = Some(z.stats());
-        sw = sw.max(store_all(&z, &pages, order, faults));
-        ld = ld.max(load_all(&z, &pages, order, faults));
+        rc = rc.max(mbps(pages.len(), tr));
+        st = st.max(mbps(pages.len(), tc));
+        st_r.push(secs(tr) / secs(tc));
+        let (tr, tc) = paired(
+            folios,
+            |f| raw_compress(&mut raw, f, &mut fr),
+            |f| store_one(&z, &pages, order, f, &mut fc),
+        );
+        rc = rc.max(mbps(pages.len(), tr));
+        sw = sw.max(mbps(pages.len(), tc));
+        sw_r.push(secs(tr) / secs(tc));
+        let (tr, tc) = paired(
+            folios,
+            |f| raw_decompress(&mut raw, f, &mut fr),
+            |f| load_one(&z, &pages, order, f, &mut lbuf, &mut fc),
+        );
+        rd = rd.max(mbps(pages.len(), tr));
+        ld = ld.max(mbps(pages.len(), tc));
+        ld_r.push(secs(tr) / secs(tc));
+        for x in [fr, fc] {
+            faults.failures += x.failures;
+            faults.mismatches += x.mismatches;
+        }
     }
     let s = stats.expect("at least one pass");
     let orig = pages.len() as f64;
@@ -309,10 +395,10 @@ fn run_case(
         load_mbps: ld,
         raw_compress_mbps: rc,
         raw_decompress_mbps: rd,
-        store_vs_raw: st / rc,
+        store_vs_raw: median(st_r),
         store_warm_mbps: sw,
-        store_warm_vs_raw: sw / rc,
-        load_vs_raw: ld / rd,
+        store_warm_vs_raw: median(sw_r),
+        load_vs_raw: median(ld_r),
         ratio: (pool > 0.0).then(|| orig / pool),
         space_efficiency: (pool > 0.0).then(|| s.compressed_bytes as f64 / pool),
         pool_total_size: s.pool_total_size,
