@@ -254,7 +254,10 @@ fn full_device_keeps_entries_in_the_pool() {
         last = z.shrink(u64::MAX).stop;
     }
     let s = z.stats();
-    assert_eq!(s.device_pages, 512, "{s:?}");
+    // Every slot taken, by more pages than slots: objects are packed.
+    assert_eq!(s.swap_slots, 512, "{s:?}");
+    assert_eq!(z.swap_device().unwrap().stats().used, 512);
+    assert!(s.device_pages > 512, "{s:?}");
     assert!(s.reject_reclaim_fail > 0);
     assert_eq!(last, Some(ShrinkStop::DeviceFull));
     assert_eq!(s.device_pages + s.stored_pages, 2048);
@@ -279,7 +282,7 @@ fn device_errors_lose_nothing() {
     let s = z.stats();
     assert!(s.reject_reclaim_fail > 0);
     assert_eq!(s.device_pages + s.stored_pages, 512);
-    assert_eq!(dev.stats().used, s.device_pages, "failed run's slots freed");
+    assert_eq!(dev.stats().used, s.swap_slots, "failed run's slots freed");
     for _ in 0..8 {
         z.shrink(u64::MAX);
     }
@@ -547,4 +550,91 @@ fn claims_racing_drops_lose_nothing() {
         s.clean_dropped
     );
     assert!(claimed > 0 && restored > 0, "the race never went both ways");
+}
+
+/// Written-back objects are packed: several share a slot and some straddle
+/// two. Each loads byte-exact (alone, in a folio, kept or taken), a slot
+/// stays held while any object in it lives, and goes back with the last.
+#[test]
+fn packed_objects_share_slots_and_free_them_with_the_last_user() {
+    // Text and mixed pages (incompressible ones kept whole, as the front
+    // end does): objects of many sizes, up to a page, so boundaries fall
+    // anywhere inside slots.
+    let z = Zswap::new(ZswapConfig {
+        store_incompressible: true,
+        ..cfg(u64::MAX, Some(64))
+    })
+    .unwrap();
+    let n = 1024u64;
+    let fill = |i: u64| {
+        let mut p = vec![0u8; PAGE_SIZE];
+        let pat = if i % 3 == 0 {
+            Pattern::Mixed
+        } else {
+            Pattern::Text
+        };
+        pat.fill(i, 11, &mut p);
+        p
+    };
+    for f in 0..n / 16 {
+        let data: Vec<u8> = (0..16).flat_map(|k| fill(f * 16 + k)).collect();
+        z.store_folio(SwapEntry::new(1, f * 16), 4, &data).unwrap();
+    }
+    for _ in 0..8 {
+        z.shrink(u64::MAX);
+    }
+    let dev = Arc::clone(z.swap_device().unwrap());
+    let s = z.stats();
+    assert!(s.device_pages >= n / 2, "most pages written back: {s:?}");
+    assert!(
+        s.swap_slots * 3 < s.device_pages * 2,
+        "packed: {} slots for {} pages",
+        s.swap_slots,
+        s.device_pages
+    );
+    assert_eq!(dev.stats().used, s.swap_slots);
+    let load = |i: u64, mode| {
+        let mut out = vec![0u8; PAGE_SIZE];
+        z.load(SwapEntry::new(1, i), &mut out, mode)
+            .unwrap_or_else(|e| panic!("page {i}: {e}"));
+        assert!(out == fill(i), "page {i} differs");
+    };
+    // Every other page, kept: nothing is freed.
+    for i in (0..n).step_by(2) {
+        load(i, LoadMode::KeepCopy);
+    }
+    assert_eq!(z.stats().swap_slots, s.swap_slots);
+    // Taken: each slot still shared with an odd page stays.
+    for i in (0..n).step_by(2) {
+        load(i, LoadMode::Exclusive);
+    }
+    let mid = z.stats();
+    assert!(
+        mid.swap_slots > 0 && mid.swap_slots <= s.swap_slots,
+        "{mid:?}"
+    );
+    assert_eq!(dev.stats().used, mid.swap_slots);
+    // Slots given back too early would be reused by these and overwrite
+    // the odd pages' objects.
+    for i in 0..n / 2 {
+        z.store(SwapEntry::new(2, i), &page(i, 12)).unwrap();
+    }
+    for _ in 0..8 {
+        z.shrink(u64::MAX);
+    }
+    assert!(z.stats().swap_slots > mid.swap_slots, "{:?}", z.stats());
+    for i in 0..n / 2 {
+        check(&z, SwapEntry::new(2, i), 12, LoadMode::Exclusive);
+    }
+    // The odd pages as whole folios would no longer be complete; load them
+    // one by one, from the top, and the device is empty at the end.
+    for i in (0..n / 2).rev().map(|k| 2 * k + 1) {
+        load(i, LoadMode::Exclusive);
+    }
+    let end = z.stats();
+    assert_eq!(
+        (end.swap_slots, end.device_pages, end.stored_pages),
+        (0, 0, 0)
+    );
+    assert_eq!(dev.stats().used, 0);
 }

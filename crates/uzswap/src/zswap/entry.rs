@@ -52,11 +52,13 @@ pub(crate) enum Payload {
         len: u16,
         comp: Option<CompressorId>,
     },
-    /// Written back: one slot on the swap device holds `len` bytes, the page
-    /// compressed by `comp`, or the plain page when `comp` is `None` (then
-    /// `len` is PAGE_SIZE). Not on the LRU.
+    /// Written back: `len` bytes from byte `off` of `slot` on the swap
+    /// device (runs are packed, so an object may go on into the next slot)
+    /// hold the page compressed by `comp`, or the plain page when `comp` is
+    /// `None` (then `len` is PAGE_SIZE). Not on the LRU.
     Device {
         slot: SwapSlot,
+        off: u16,
         len: u16,
         comp: Option<CompressorId>,
     },
@@ -105,8 +107,15 @@ impl ZswapEntry {
     }
 
     pub fn slot(&self) -> Option<crate::swap::SwapSlot> {
+        self.place().map(|p| p.slot)
+    }
+
+    /// Where a written-back entry's object lies on the device.
+    pub fn place(&self) -> Option<super::swap_map::DevicePlace> {
         match self.payload {
-            Payload::Device { slot, .. } => Some(slot),
+            Payload::Device { slot, off, len, .. } => {
+                Some(super::swap_map::DevicePlace { slot, off, len })
+            }
             _ => None,
         }
     }

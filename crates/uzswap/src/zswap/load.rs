@@ -236,8 +236,8 @@ impl Zswap {
         else {
             return None;
         };
-        let j = dev.index[i]?;
-        let obj = &dev.buf[j * PAGE_SIZE..j * PAGE_SIZE + len as usize];
+        let o = dev.index[i]?;
+        let obj = &dev.buf[o..o + len as usize];
         debug_assert_eq!(checksum(key, obj), e.crc);
         let handle = self.pool.store(obj).ok()?;
         Some(ZswapEntry {
@@ -279,9 +279,9 @@ impl Zswap {
         // Pages on the device are read first, contiguous slots in one read.
         let dev = self.read_device(first, entries)?;
         let dev_page = |i: usize| -> &[u8] {
-            match dev.index[i] {
-                Some(j) => &dev.buf[j * PAGE_SIZE..(j + 1) * PAGE_SIZE],
-                None => &[],
+            match (dev.index[i], entries[i].place()) {
+                (Some(o), Some(p)) => &dev.buf[o..o + p.len as usize],
+                _ => &[],
             }
         };
         if n <= INLINE_PAGES {
@@ -338,9 +338,7 @@ impl Zswap {
             Payload::Pool { handle, comp, .. } => self
                 .pool
                 .read(handle, |obj| self.decode(key, e.crc, comp, obj, page, ctx)),
-            Payload::Device { len, comp, .. } => {
-                self.decode(key, e.crc, comp, &dev_page[..len as usize], page, ctx)
-            }
+            Payload::Device { comp, .. } => self.decode(key, e.crc, comp, dev_page, page, ctx),
         }
     }
 

@@ -20,6 +20,7 @@
 //! - `limits`: the pool limit with accept hysteresis.
 //! - `store`, `load`, `invalidate`: the operations.
 //! - `writeback`: pool -> device, and device reads on load.
+//! - `swap_map`: per-slot counts of the packed objects on the device.
 //! - `shrinker`: when and how much to write back (seed 003), its thread.
 //! - `stats`: counters with the kernel's names.
 //!
@@ -83,6 +84,7 @@ mod same_filled;
 mod shrinker;
 mod stats;
 mod store;
+mod swap_map;
 mod tree;
 mod writeback;
 
@@ -285,6 +287,8 @@ pub struct Zswap {
     shrink: Arc<shrinker::Control>,
     /// Next shard `drop_clean` takes clean copies from.
     clean_cursor: std::sync::atomic::AtomicUsize,
+    /// Users of each device slot (with a device).
+    swap_map: Option<swap_map::SwapMap>,
 }
 
 impl Zswap {
@@ -325,6 +329,9 @@ impl Zswap {
                 batch_size: cfg.batch_size,
             },
         )?;
+        let swap_map = device
+            .as_ref()
+            .map(|d| swap_map::SwapMap::new(d.capacity()));
         Ok(Zswap {
             limit: PoolLimit::new(cfg.max_pool_bytes, cfg.accept_threshold_percent),
             engine,
@@ -336,6 +343,7 @@ impl Zswap {
             shrinker_on: AtomicBool::new(cfg.shrinker_enabled),
             shrink: Arc::default(),
             clean_cursor: Default::default(),
+            swap_map,
             cfg,
         })
     }

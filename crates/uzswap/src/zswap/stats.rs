@@ -103,6 +103,9 @@ pub struct ZswapStats {
     pub clean_dropped: u64,
     /// Entries whose page is on the swap device now (not in `stored_pages`).
     pub device_pages: u64,
+    /// Device slots those entries take: objects are packed, so a slot
+    /// holds parts of several.
+    pub swap_slots: u64,
     /// Entries on the LRU (pool entries).
     pub lru_pages: u64,
     /// LRU entries the shrinker examined, and those it rotated (second chance).
@@ -183,6 +186,7 @@ impl super::Zswap {
         s.max_pool_bytes = self.limit.max();
         s.lru_pages = self.tree.lru.len();
         s.clean_pages = self.tree.clean_len();
+        s.swap_slots = self.swap_map.as_ref().map_or(0, |m| m.used());
         s.shrink_protected = self.tree.lru.protected();
         s.psi_active = self.shrinker_psi_active();
         s

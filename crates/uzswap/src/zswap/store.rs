@@ -222,13 +222,10 @@ impl Zswap {
         if let Some(h) = e.handle() {
             self.pool.free(h);
         }
-        if let Some(slot) = e.slot() {
+        if let Some(place) = e.place() {
             let dev = self.device.as_ref().expect("device entry without a device");
-            // A refused free means the slot accounting is broken: say so
-            // loudly in debug builds; in release the slot is leaked, which
-            // loses no data.
-            let r = dev.free(slot, 1);
-            debug_assert!(r.is_ok(), "freeing {slot:?}: {r:?}");
+            let map = self.swap_map.as_ref().expect("a device has a swap map");
+            map.put(dev, place);
         }
     }
 

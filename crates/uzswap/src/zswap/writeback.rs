@@ -12,16 +12,19 @@
 //!    but has no node any more, and its object is copied out.
 //! 2. With no lock held: verify each copy against its checksum (a corrupt
 //!    object is not written; it stays in the pool so a load reports it),
-//!    decompress it when the device holds plain pages, then allocate slots
-//!    for each run of consecutive keys (a folio: contiguous slots, falling
-//!    back to smaller orders) and write the run with one vectored write.
+//!    decompress it when the device holds plain pages, then lay each run
+//!    of consecutive keys (a folio) out back to back, objects straddling
+//!    slot boundaries, in as few contiguous slots as hold it (falling back
+//!    to smaller orders, then the run goes out in parts), count each
+//!    slot's users in the swap map (`swap_map`), and write the run with
+//!    one vectored write.
 //! 3. Under the shard lock again: an isolated entry that still has the same
 //!    `lru_seq` and handle is switched to its device form (it leaves the
 //!    LRU); one that was loaded, invalidated or replaced meanwhile is left
 //!    alone and its slot freed. After unlocking, the pool objects of the
 //!    switched entries are freed.
 //! 4. If the device is full or a write fails, the slots of that run are
-//!    freed, every entry not yet switched is put back at the LRU tail, the
+//!    released, every entry not yet switched is put back at the LRU tail, the
 //!    pages are counted in `reject_reclaim_fail`, and the walk stops:
 //!    nothing leaves the pool unless its copy is on the device.
 //!
@@ -29,14 +32,22 @@
 //! the instance, whereas a handle can be freed and handed to a new entry of
 //! the same key in between.
 //!
-//! Loads of written-back pages read every run of contiguous slots with one
-//! read after hinting the device's readahead window (page-cluster) to the
-//! kernel, so the neighbours a fault is likely to want next are being read
-//! meanwhile; the slots are freed when an exclusive load succeeds.
+//! Loads of written-back pages read each stretch of adjacent or shared
+//! slots their objects touch with one read (after hinting the device's
+//! readahead window, page-cluster, to the kernel when it goes through the
+//! page cache); an exclusive load that succeeds drops its objects' slot
+//! counts, and a slot goes back with its last user.
+//!
+//! Why packed: at a budget the working set does not fit, device reads are
+//! most of every fault, and the disk is shared by those reads and the
+//! writeback's writes. A slot per object moved a whole page per page;
+//! packed, a 64 KiB folio that compresses 1.7-2:1 is 8-10 slots, read and
+//! written (docs/BENCHMARKS.md).
 
 use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
 use super::lru::Node;
 use super::stats::Counters;
+use super::swap_map::DevicePlace;
 use super::{LoadError, Zswap};
 use crate::compress::{CompressCtx, CompressorId};
 use crate::swap::{SwapDevice, SwapSlot};
@@ -104,7 +115,8 @@ fn continues_run(batch: &[Candidate], next: Option<Node>) -> bool {
         && first.count() < 1 << MAX_ORDER
 }
 
-/// Pages a load read from the device: `index[i]` is entry i's page in `buf`.
+/// Objects a load read from the device: `index[i]` is the byte offset of
+/// entry i's object in `buf`.
 pub(super) struct DevicePages {
     pub buf: Vec<u8>,
     pub index: Vec<Option<usize>>,
@@ -240,27 +252,55 @@ impl Zswap {
                 j += 1;
             }
             while i < j {
-                // Round the run up to an order and give the tail slots
-                // back, so a run of, say, 12 pages is one contiguous range.
-                let order = (j - i).next_power_of_two().trailing_zeros().min(MAX_ORDER);
+                // Pack the run's objects back to back into as few slots as
+                // hold them, rounded up to an order; the tail slots go
+                // back. If only a smaller order is free, the run goes out
+                // in parts.
+                let bytes: usize = batch[i..j].iter().map(|c| c.len as usize).sum();
+                let want = bytes.div_ceil(PAGE_SIZE);
+                let order = want.next_power_of_two().trailing_zeros().min(MAX_ORDER);
                 let Some((slot, got)) = dev.alloc_fallback(order) else {
                     self.give_up(idx, &batch[i..]);
                     return (written, Some(ShrinkStop::DeviceFull));
                 };
-                let n = (1usize << got).min(j - i);
-                if n < 1 << got {
-                    let r = dev.free(SwapSlot(slot.0 + n as u64), (1u64 << got) - n as u64);
+                let room = PAGE_SIZE << got;
+                let mut places = Vec::new();
+                let mut at = 0usize;
+                for c in &batch[i..j] {
+                    if at + c.len as usize > room {
+                        break;
+                    }
+                    places.push(DevicePlace {
+                        slot: SwapSlot(slot.0 + (at / PAGE_SIZE) as u64),
+                        off: (at % PAGE_SIZE) as u16,
+                        len: c.len,
+                    });
+                    at += c.len as usize;
+                }
+                let n = places.len();
+                let used = at.div_ceil(PAGE_SIZE);
+                if used < 1 << got {
+                    let r = dev.free(SwapSlot(slot.0 + used as u64), (1u64 << got) - used as u64);
                     debug_assert!(r.is_ok(), "{r:?}");
                 }
-                let pages: Vec<&[u8]> = batch[i..i + n].iter().map(|c| &c.data[..]).collect();
+                let mut buf = vec![0u8; used * PAGE_SIZE];
+                let mut o = 0;
+                for c in &batch[i..i + n] {
+                    buf[o..o + c.len as usize].copy_from_slice(&c.data[..c.len as usize]);
+                    o += c.len as usize;
+                }
+                let map = self.swap_map.as_ref().expect("a device has a swap map");
+                map.hold(&places);
+                let pages: Vec<&[u8]> = buf.chunks_exact(PAGE_SIZE).collect();
                 if dev.write(slot, &pages).is_err() {
-                    let r = dev.free(slot, n as u64);
-                    debug_assert!(r.is_ok(), "{r:?}");
+                    for &p in &places {
+                        map.put(dev, p);
+                    }
                     self.give_up(idx, &batch[i..]);
                     return (written, Some(ShrinkStop::DeviceError));
                 }
                 Counters::add(&self.counters.pswpout, n as u64);
-                written += self.commit(dev, idx, &batch[i..i + n], slot);
+                written += self.commit(dev, idx, &batch[i..i + n], &places);
                 i += n;
             }
         }
@@ -293,18 +333,24 @@ impl Zswap {
     }
 
     /// Step 3: switch the entries still unchanged to their device form.
-    fn commit(&self, dev: &SwapDevice, idx: usize, run: &[Candidate], slot: SwapSlot) -> u64 {
+    fn commit(
+        &self,
+        dev: &SwapDevice,
+        idx: usize,
+        run: &[Candidate],
+        places: &[DevicePlace],
+    ) -> u64 {
         let mut freed = Vec::with_capacity(run.len());
         let mut unused = Vec::new();
         {
             let mut g = self.tree.lock_index(idx);
-            for (k, c) in run.iter().enumerate() {
-                let s = SwapSlot(slot.0 + k as u64);
+            for (c, &p) in run.iter().zip(places) {
                 match g.get(c.key) {
                     Some(e) if e.lru_seq == c.seq && e.handle() == Some(c.handle) => {
                         let old = *e;
                         let payload = Payload::Device {
-                            slot: s,
+                            slot: p.slot,
+                            off: p.off,
                             len: c.len,
                             comp: c.comp,
                         };
@@ -312,13 +358,13 @@ impl Zswap {
                         let new = *g.get(c.key).expect("just set");
                         freed.push((old, new));
                     }
-                    _ => unused.push(s),
+                    _ => unused.push(p),
                 }
             }
         }
-        for s in unused {
-            let r = dev.free(s, 1);
-            debug_assert!(r.is_ok(), "{r:?}");
+        let map = self.swap_map.as_ref().expect("a device has a swap map");
+        for p in unused {
+            map.put(dev, p);
         }
         for (old, new) in &freed {
             self.account_remove(old);
@@ -349,8 +395,8 @@ impl Zswap {
         }
     }
 
-    /// Read the written-back pages among `entries` (the folio from `first`),
-    /// one read per run of contiguous slots.
+    /// Read the written-back objects among `entries` (the folio from
+    /// `first`), one read per stretch of adjacent or shared slots.
     pub(super) fn read_device(
         &self,
         first: SwapEntry,
@@ -360,37 +406,42 @@ impl Zswap {
             buf: Vec::new(),
             index: vec![None; entries.len()],
         };
-        let slots: Vec<(usize, SwapSlot)> = entries
+        let mut places: Vec<(usize, DevicePlace)> = entries
             .iter()
             .enumerate()
-            .filter_map(|(i, e)| e.slot().map(|s| (i, s)))
+            .filter_map(|(i, e)| e.place().map(|p| (i, p)))
             .collect();
-        if slots.is_empty() {
+        if places.is_empty() {
             return Ok(out);
         }
         let dev = self
             .device
             .as_deref()
             .expect("device entry without a device");
+        places.sort_unstable_by_key(|&(_, p)| (p.slot, p.off));
         // Through the page cache, hint the readahead window so neighbours a
         // fault wants next are read meanwhile. With O_DIRECT the hint would
         // only fill the page cache with copies nobody reads.
         if !self.cfg.swap_device.as_ref().is_some_and(|d| d.direct_io) {
-            dev.readahead(slots[0].1);
+            dev.readahead(places[0].1.slot);
         }
-        out.buf = vec![0u8; slots.len() * PAGE_SIZE];
         let mut a = 0;
-        while a < slots.len() {
+        while a < places.len() {
+            let start = places[a].1.slots().start;
+            let mut end = places[a].1.slots().end;
             let mut b = a + 1;
-            while b < slots.len() && slots[b].1 .0 == slots[b - 1].1 .0 + 1 {
+            while b < places.len() && places[b].1.slots().start <= end {
+                end = end.max(places[b].1.slots().end);
                 b += 1;
             }
-            let buf = &mut out.buf[a * PAGE_SIZE..b * PAGE_SIZE];
-            dev.read(slots[a].1, (b - a) as u64, buf)
-                .map_err(|e| LoadError::Device(first.offset(slots[a].0 as u64), e.to_string()))?;
+            let base = out.buf.len();
+            out.buf.resize(base + (end - start) as usize * PAGE_SIZE, 0);
+            dev.read(SwapSlot(start), end - start, &mut out.buf[base..])
+                .map_err(|e| LoadError::Device(first.offset(places[a].0 as u64), e.to_string()))?;
             Counters::add(&self.counters.swap_reads, 1);
-            for (j, &(i, _)) in slots[a..b].iter().enumerate() {
-                out.index[i] = Some(a + j);
+            for &(i, p) in &places[a..b] {
+                out.index[i] =
+                    Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
             }
             a = b;
         }
