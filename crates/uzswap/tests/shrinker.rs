@@ -568,7 +568,7 @@ fn packed_objects_share_slots_and_free_them_with_the_last_user() {
     let n = 1024u64;
     let fill = |i: u64| {
         let mut p = vec![0u8; PAGE_SIZE];
-        let pat = if i % 3 == 0 {
+        let pat = if i.is_multiple_of(3) {
             Pattern::Mixed
         } else {
             Pattern::Text
