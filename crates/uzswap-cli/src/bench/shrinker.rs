@@ -246,7 +246,7 @@ fn format_run(
         "wb_cpu_us_per_page": wb_cpu * 1e6 / written.max(1) as f64,
         "swapin_us_per_page": swapin * 1e6 / n as f64,
         "pages_from_device": from_device,
-        "device_bytes": s.pswpout * PAGE_SIZE as u64,
+        "device_bytes": s.swap_slots * PAGE_SIZE as u64,
     }))
 }
 
