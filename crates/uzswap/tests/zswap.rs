@@ -326,6 +326,39 @@ fn pool_limit_with_hysteresis() {
         .unwrap();
 }
 
+/// A page taken out with an exclusive load and put back (an install that
+/// failed) is never refused by the limit that refuses new stores.
+#[test]
+fn restore_passes_the_pool_limit_that_refuses_stores() {
+    let limit = 128 << 10;
+    let z = Zswap::new(ZswapConfig {
+        max_pool_bytes: limit,
+        ..Default::default()
+    })
+    .unwrap();
+    let page_of = |i: u64| folio(Pattern::Text, i, 0, 0);
+    let mut n = 0u64;
+    while z.store(SwapEntry::new(0, n), &page_of(n)).is_ok() {
+        n += 1;
+    }
+    assert!(n > 8, "{n} pages stored");
+    // Take one out, as a fault would: the pool stays above the accept
+    // threshold, so a new page is still refused...
+    let key = SwapEntry::new(0, 3);
+    let mut page = vec![0u8; PAGE_SIZE];
+    z.load(key, &mut page, LoadMode::Exclusive).unwrap();
+    assert!(!z.contains(key));
+    assert_eq!(
+        z.store(SwapEntry::new(0, n), &page_of(n)),
+        Err(StoreError::PoolLimit)
+    );
+    // ...and the page put back is not.
+    z.restore(key, &page).unwrap();
+    let mut back = vec![0u8; PAGE_SIZE];
+    z.load(key, &mut back, LoadMode::Exclusive).unwrap();
+    assert!(back == page_of(3));
+}
+
 #[test]
 fn per_order_counters_add_up() {
     let z = zswap("lz4");

@@ -568,7 +568,7 @@ fn restore_pages(
             continue;
         }
         let page = &scratch[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-        if let Err(e) = sh.zswap.store(key, page) {
+        if let Err(e) = sh.zswap.restore(key, page) {
             fail(sh, &format!("{key:?}: data lost: {e}"));
         }
     }

@@ -31,9 +31,30 @@ impl Zswap {
         self.store_folio(entry, 0, page)
     }
 
+    /// Put back one page the caller took out of the cache (an exclusive
+    /// load) or relied on its copy of, and could not keep after all (an
+    /// install that failed). The page was in the cache a moment ago, so the
+    /// pool limit does not refuse it: refusing would lose the only copy.
+    /// The pool may pass its limit by this page until the shrinker catches
+    /// up. Only a compression or allocation failure is an error.
+    pub fn restore(&self, entry: SwapEntry, page: &[u8]) -> Result<(), StoreError> {
+        self.store_checked(entry, 0, page, false)
+    }
+
     /// Store a folio of `2^order` pages starting at `first` (naturally
     /// aligned), all or nothing.
     pub fn store_folio(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<(), StoreError> {
+        self.store_checked(first, order, data, true)
+    }
+
+    /// `store_folio`; `admit`: whether the pool limit may refuse it.
+    fn store_checked(
+        &self,
+        first: SwapEntry,
+        order: u32,
+        data: &[u8],
+        admit: bool,
+    ) -> Result<(), StoreError> {
         if order > MAX_ORDER {
             return Err(StoreError::BadOrder(order));
         }
@@ -51,7 +72,7 @@ impl Zswap {
                 order,
             });
         }
-        let r = self.store_pages(first, order, data);
+        let r = self.store_pages(first, order, data, admit);
         if r.is_err() {
             Counters::add(&self.counters.order_store_fail[order as usize], 1);
             // Kernel zswap_store(): the folio goes elsewhere, so copies of
@@ -61,12 +82,18 @@ impl Zswap {
         r
     }
 
-    fn store_pages(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<(), StoreError> {
+    fn store_pages(
+        &self,
+        first: SwapEntry,
+        order: u32,
+        data: &[u8],
+        admit: bool,
+    ) -> Result<(), StoreError> {
         let n = 1usize << order;
         // One limit check per folio, before any work (as the kernel does).
         // The estimate assumes 2:1; the pool may overshoot by one folio.
         let incoming = (data.len() / 2) as u64;
-        if !self.limit.admit(self.pool.total_size(), incoming) {
+        if admit && !self.limit.admit(self.pool.total_size(), incoming) {
             Counters::add(&self.counters.pool_limit_hit, 1);
             // Kernel: queue shrink_work to get back under the accept
             // threshold. Unlike the kernel, whose rejected page goes to swap
