@@ -124,6 +124,49 @@ enum Step {
     MatchNext,
 }
 
+/// Copy `n` literal bytes `src[ip..]` to `dst[op..]` (the caller checked
+/// both ranges). Runs of up to 16 bytes, most of them, are one fixed-size
+/// copy where both slices have 16 bytes of room, instead of a call to
+/// `memcpy` for a handful of bytes (the kernel's COPY8 fast path): the
+/// bytes past `op + n` it writes are output not produced yet, which the
+/// decoder writes again before anything reads it (a match reads only
+/// before `op`).
+#[inline(always)]
+fn copy_literals(dst: &mut [u8], op: usize, src: &[u8], ip: usize, n: usize) {
+    if n <= 16 && op + 16 <= dst.len() && ip + 16 <= src.len() {
+        dst[op..op + 16].copy_from_slice(&src[ip..ip + 16]);
+    } else {
+        dst[op..op + n].copy_from_slice(&src[ip..ip + n]);
+    }
+}
+
+/// Copy the `t`-byte match that starts `back` bytes before `op` (the
+/// caller checked `back <= op` and room for `t`). Where the match is at
+/// least 8 bytes back and `dst` has room, it goes 8 bytes at a time: each
+/// block reads only bytes already final (they end at or before the
+/// block's own start), and overshoot is rewritten as for literals.
+#[inline(always)]
+fn copy_match(dst: &mut [u8], op: usize, back: usize, t: usize) {
+    let from = op - back;
+    if back >= 8 && op + t + 8 <= dst.len() {
+        let mut k = 0;
+        while k < t {
+            let block: [u8; 8] = dst[from + k..from + k + 8]
+                .try_into()
+                .expect("an 8-byte range");
+            dst[op + k..op + k + 8].copy_from_slice(&block);
+            k += 8;
+        }
+    } else if back >= t {
+        dst.copy_within(from..from + t, op);
+    } else {
+        // Overlapping: each byte may be one this copy just wrote.
+        for k in 0..t {
+            dst[op + k] = dst[from + k];
+        }
+    }
+}
+
 /// lzo1x_decompress_safe(): decode `src` into `dst`, returning the number of
 /// bytes written. Every bound is checked; `dst` longer than the stream's
 /// output is fine (the caller compares the length).
@@ -192,7 +235,7 @@ fn lzo1x_decompress_safe(src: &[u8], dst: &mut [u8]) -> Result<usize, LzoError> 
             Step::LiteralRun => {
                 need_op(op, t, dst.len())?;
                 need_ip(ip, t.checked_add(3).ok_or(LzoError::Error)?)?;
-                dst[op..op + t].copy_from_slice(&src[ip..ip + t]);
+                copy_literals(dst, op, src, ip, t);
                 op += t;
                 ip += t;
                 state = 4;
@@ -204,7 +247,7 @@ fn lzo1x_decompress_safe(src: &[u8], dst: &mut [u8]) -> Result<usize, LzoError> 
                 t = next;
                 need_ip(ip, t + 3)?;
                 need_op(op, t, dst.len())?;
-                dst[op..op + t].copy_from_slice(&src[ip..ip + t]);
+                copy_literals(dst, op, src, ip, t);
                 op += t;
                 ip += t;
                 step = Step::Instruction;
@@ -298,15 +341,7 @@ fn lzo1x_decompress_safe(src: &[u8], dst: &mut [u8]) -> Result<usize, LzoError> 
             return Err(LzoError::LookbehindOverrun);
         }
         need_op(op, t, dst.len())?;
-        let from = op - back;
-        if back >= t {
-            dst.copy_within(from..from + t, op);
-        } else {
-            // Overlapping: each byte may be one this copy just wrote.
-            for k in 0..t {
-                dst[op + k] = dst[from + k];
-            }
-        }
+        copy_match(dst, op, back, t);
         op += t;
         step = Step::MatchNext;
     }
