@@ -40,7 +40,7 @@ impl SwapEntry {
 }
 
 /// Where a stored page's content is.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Payload {
     /// Every 8-byte word of the page holds this value (zero pages included):
     /// no pool object, no compression (seed 004).

@@ -5,12 +5,16 @@
 //! copy, so nothing can free the objects under us. If any page fails to
 //! verify or decompress, every entry goes back into the tree: a corrupt page
 //! keeps failing loudly instead of reading as never stored (zero).
-//! Keep-copy loads decompress under the shard lock so a concurrent invalidate
-//! cannot free an object mid-read.
+//! Keep-copy loads decompress pool objects under the shard lock so a
+//! concurrent invalidate cannot free one mid-read; their device reads run
+//! unlocked on pinned slots, and the entries are checked unchanged before
+//! anything is decoded (`keep_copy_read`).
 
 use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
 use super::same_filled;
 use super::stats::Counters;
+use super::swap_map::DevicePlace;
+use super::tree::ShardGuard;
 use super::writeback::DevicePages;
 use super::{folio_bytes, LoadError, LoadMode, Zswap};
 use crate::compress::{self, CompressCtx};
@@ -137,24 +141,12 @@ impl Zswap {
                 }
             }
             LoadMode::KeepCopy | LoadMode::KeepPinned | LoadMode::KeepClean => {
-                let mut shard = self.tree.lock(first, n as u64);
-                let mut entries = Vec::with_capacity(n);
-                for i in 0..n as u64 {
-                    match shard.get_mut(first.offset(i)) {
-                        Some(e) => {
-                            e.referenced = true;
-                            entries.push(*e);
-                        }
-                        None => return Err(LoadError::NotFound(first.offset(i))),
-                    }
-                }
-                // A written-back page is read under the shard lock too, so
-                // an invalidate cannot free and reuse its slot mid-read.
-                // Not rare: the front end's read faults load keep-copy, so a
-                // device read (~180 us O_DIRECT on a virtual disk) holds this
-                // shard's stores, loads and writeback. Pinning the slots and
-                // reading unlocked would lift that.
-                let dev = self.decompress_all(first, &entries, out)?;
+                let CopyRead {
+                    mut shard,
+                    entries,
+                    dev,
+                    pins,
+                } = self.keep_copy_read(first, n, out)?;
                 let mut promoted = Vec::new();
                 if mode == LoadMode::KeepPinned {
                     // All of the folio's written-back pages or none: a folio
@@ -199,6 +191,9 @@ impl Zswap {
                     }
                 }
                 drop(shard);
+                // After any promotion released the entries' own counts, so
+                // a slot read goes back here if nothing else uses it.
+                self.unpin(&pins);
                 self.count_load(order, &entries);
                 for (old, new) in &promoted {
                     self.account_remove(old);
@@ -212,6 +207,95 @@ impl Zswap {
             }
         }
         Ok(())
+    }
+
+    /// The read of a keep-copy load: the entries of `first .. first + n`
+    /// (referenced now) decompressed into `out`, the device objects among
+    /// them, and the slots pinned for the read. Returns with the shard
+    /// locked, so the caller's changes apply to the entries read; the
+    /// caller unpins after unlocking.
+    ///
+    /// Pool objects are decompressed under the lock (a concurrent
+    /// invalidate must not free one mid-read, and it takes microseconds).
+    /// A device read takes 100-400 us and would hold every store, load and
+    /// writeback of the shard that long, so it runs unlocked on pinned
+    /// slots: a count on each in the swap map keeps it from going back to
+    /// the allocator (and being written over) whatever happens to the
+    /// entries meanwhile. Under the lock again the entries must be the
+    /// ones read (same payload and crc); if one changed, the load reads
+    /// again with the lock held throughout.
+    fn keep_copy_read(
+        &self,
+        first: SwapEntry,
+        n: usize,
+        out: &mut [u8],
+    ) -> Result<CopyRead<'_>, LoadError> {
+        let snapshot = |shard: &mut ShardGuard<'_>| {
+            let mut entries = Vec::with_capacity(n);
+            for i in 0..n as u64 {
+                match shard.get_mut(first.offset(i)) {
+                    Some(e) => {
+                        e.referenced = true;
+                        entries.push(*e);
+                    }
+                    None => return Err(LoadError::NotFound(first.offset(i))),
+                }
+            }
+            Ok(entries)
+        };
+        let mut shard = self.tree.lock(first, n as u64);
+        let entries = snapshot(&mut shard)?;
+        let pins: Vec<DevicePlace> = entries.iter().filter_map(|e| e.place()).collect();
+        let Some(map) = self.swap_map.as_ref().filter(|_| !pins.is_empty()) else {
+            let dev = self.decompress_all(first, &entries, out)?;
+            return Ok(CopyRead {
+                shard,
+                entries,
+                dev,
+                pins: Vec::new(),
+            });
+        };
+        map.hold(&pins);
+        drop(shard);
+        let read = self.read_device(first, &entries);
+        let mut shard = self.tree.lock(first, n as u64);
+        let unchanged = entries.iter().enumerate().all(|(i, was)| {
+            shard
+                .get(first.offset(i as u64))
+                .is_some_and(|e| e.payload == was.payload && e.crc == was.crc)
+        });
+        let r = match read {
+            Ok(dev) if unchanged => self
+                .decode_all(first, &entries, &dev, out)
+                .map(|()| (entries, dev)),
+            Ok(_) => snapshot(&mut shard).and_then(|now| {
+                let dev = self.decompress_all(first, &now, out)?;
+                Ok((now, dev))
+            }),
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok((entries, dev)) => Ok(CopyRead {
+                shard,
+                entries,
+                dev,
+                pins,
+            }),
+            Err(e) => {
+                drop(shard);
+                self.unpin(&pins);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drop the counts `keep_copy_read` took on slots.
+    fn unpin(&self, pins: &[DevicePlace]) {
+        if let (Some(map), Some(dev)) = (self.swap_map.as_ref(), self.device.as_deref()) {
+            for &p in pins {
+                map.put(dev, p);
+            }
+        }
     }
 
     /// A pinned load of a written-back page brings its object back into the
@@ -275,9 +359,21 @@ impl Zswap {
         entries: &[ZswapEntry],
         out: &mut [u8],
     ) -> Result<DevicePages, LoadError> {
-        let n = entries.len();
         // Pages on the device are read first, contiguous slots in one read.
         let dev = self.read_device(first, entries)?;
+        self.decode_all(first, entries, &dev, out)?;
+        Ok(dev)
+    }
+
+    /// Fill `out` from `entries`, the device's objects already in `dev`.
+    fn decode_all(
+        &self,
+        first: SwapEntry,
+        entries: &[ZswapEntry],
+        dev: &DevicePages,
+        out: &mut [u8],
+    ) -> Result<(), LoadError> {
+        let n = entries.len();
         let dev_page = |i: usize| -> &[u8] {
             match (dev.index[i], entries[i].place()) {
                 (Some(o), Some(p)) => &dev.buf[o..o + p.len as usize],
@@ -295,7 +391,7 @@ impl Zswap {
                 }
                 Ok::<(), LoadError>(())
             })?;
-            return Ok(dev);
+            return Ok(());
         }
         // Large folio: decompress in parallel. Each index writes only its own
         // page; the pages are handed out through a shared base pointer.
@@ -316,7 +412,7 @@ impl Zswap {
         });
         match errors.into_iter().find_map(|e| e.into_inner()) {
             Some(e) => Err(e),
-            None => Ok(dev),
+            None => Ok(()),
         }
     }
 
@@ -376,6 +472,15 @@ impl Zswap {
             LoadError::Decompress(key, msg)
         })
     }
+}
+
+/// What `keep_copy_read` hands back: the shard, still locked; the entries
+/// read; the device objects among them; the slots pinned for the read.
+struct CopyRead<'a> {
+    shard: ShardGuard<'a>,
+    entries: Vec<ZswapEntry>,
+    dev: DevicePages,
+    pins: Vec<DevicePlace>,
 }
 
 struct SendPtr(*mut u8);

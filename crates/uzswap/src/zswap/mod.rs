@@ -37,9 +37,11 @@
 //! The store path compresses and allocates with no tree lock held and only
 //! then inserts; the exclusive load path removes entries under the shard lock
 //! (marking the range as being loaded) and decompresses or reads the device
-//! after dropping it; a keep-copy load decompresses (and reads the device)
-//! under the shard lock so a concurrent invalidate cannot free the object or
-//! slot under it. Pool objects and slots of removed or replaced entries are
+//! after dropping it; a keep-copy load decompresses pool objects under the
+//! shard lock so a concurrent invalidate cannot free one under it, and reads
+//! the device with the lock dropped, its slots pinned by a count in the swap
+//! map, then checks under the lock that the entries are the ones read. Pool
+//! objects and slots of removed or replaced entries are
 //! freed after the shard lock is released. Writeback copies objects out under
 //! the shard lock, writes with no lock held, and re-checks under the lock
 //! (protocol in `writeback`). No lock is held across a call into the batch
