@@ -72,7 +72,11 @@ impl Zswap {
                 order,
             });
         }
-        let r = self.store_pages(first, order, data, admit);
+        let r = if admit && !self.admit(data.len()) {
+            Err(StoreError::PoolLimit)
+        } else {
+            self.store_pages(first, order, data)
+        };
         if r.is_err() {
             Counters::add(&self.counters.order_store_fail[order as usize], 1);
             // Kernel zswap_store(): the folio goes elsewhere, so copies of
@@ -82,18 +86,12 @@ impl Zswap {
         r
     }
 
-    fn store_pages(
-        &self,
-        first: SwapEntry,
-        order: u32,
-        data: &[u8],
-        admit: bool,
-    ) -> Result<(), StoreError> {
-        let n = 1usize << order;
-        // One limit check per folio, before any work (as the kernel does).
-        // The estimate assumes 2:1; the pool may overshoot by one folio.
-        let incoming = (data.len() / 2) as u64;
-        if admit && !self.limit.admit(self.pool.total_size(), incoming) {
+    /// The pool limit's check of a store of `bytes`: one per folio, before
+    /// any work (as the kernel does). The estimate assumes 2:1; the pool may
+    /// overshoot by one folio.
+    fn admit(&self, bytes: usize) -> bool {
+        let incoming = (bytes / 2) as u64;
+        if !self.limit.admit(self.pool.total_size(), incoming) {
             Counters::add(&self.counters.pool_limit_hit, 1);
             // Kernel: queue shrink_work to get back under the accept
             // threshold. Unlike the kernel, whose rejected page goes to swap
@@ -101,11 +99,13 @@ impl Zswap {
             // room for this folio now (direct reclaim, bounded to what it
             // needs): clean copies first, then writeback when it can.
             self.kick_limit_shrink();
-            if !self.direct_reclaim(incoming) {
-                return Err(StoreError::PoolLimit);
-            }
+            return self.direct_reclaim(incoming);
         }
+        true
+    }
 
+    fn store_pages(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<(), StoreError> {
+        let n = 1usize << order;
         let results: Vec<OnceLock<Result<ZswapEntry, StoreError>>> =
             (0..n).map(|_| OnceLock::new()).collect();
         let store_one = |i: usize, ctx: &mut dyn crate::compress::CompressCtx| {
