@@ -89,7 +89,8 @@ struct Candidate {
     key: SwapEntry,
     seq: u64,
     handle: Handle,
-    /// What goes on the device: object or plain page, zero-padded.
+    /// The object as it goes on the device (packed with its run), or the
+    /// plain page; `len` bytes of it count.
     data: Box<[u8]>,
     len: u16,
     comp: Option<CompressorId>,
