@@ -229,6 +229,27 @@ proptest! {
     }
 
     #[test]
+    fn short_period_repeats_round_trip(pieces in proptest::collection::vec(
+        (1usize..24, 1usize..300, any::<u8>()), 1..40)) {
+        // Runs that repeat a short pattern (period 1..24): overlapping
+        // matches a few bytes back, matches exactly 8 back, and short
+        // literal runs between them, ending anywhere in the page, which
+        // is where decoders take their fast and slow copy paths.
+        let mut src = Vec::with_capacity(PAGE_SIZE);
+        for (period, len, seed) in pieces {
+            let pat: Vec<u8> = (0..period).map(|k| seed.wrapping_add((k * 37) as u8)).collect();
+            for k in 0..len {
+                src.push(pat[k % period]);
+            }
+            src.push(seed ^ 0x5a);
+        }
+        src.resize(PAGE_SIZE, 0xa5);
+        for name in COMPRESSORS {
+            roundtrip(name, &src);
+        }
+    }
+
+    #[test]
     fn corrupt_input_never_panics(ci in 0usize..COMPRESSORS.len(), pi in 0usize..6, idx in 0u64..64,
                                   flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8)) {
         let name = COMPRESSORS[ci];
