@@ -289,35 +289,20 @@ fn zswap(compressor: &str, workers: usize, batch_size: usize) -> anyhow::Result<
 
 /// Store every folio; returns MB/s of the stores.
 fn store_all(z: &Zswap, pages: &[u8], order: u32, faults: &mut Faults) -> f64 {
-    let folio = PAGE_SIZE << order;
-    let t0 = Instant::now();
-    for (f, data) in pages.chunks_exact(folio).enumerate() {
-        let first = SwapEntry::new(1, (f as u64) << order);
-        if z.store_folio(first, order, data).is_err() {
-            faults.failures += 1;
-        }
-    }
-    mbps(pages.len(), t0.elapsed())
+    let folios = pages.len() / (PAGE_SIZE << order);
+    let busy: Duration = (0..folios)
+        .map(|f| store_one(z, pages, order, f, faults))
+        .sum();
+    mbps(pages.len(), busy)
 }
 
 /// Load every folio (exclusive, timed), compare it (not timed).
 fn load_all(z: &Zswap, pages: &[u8], order: u32, faults: &mut Faults) -> f64 {
-    let folio = PAGE_SIZE << order;
-    let mut buf = vec![0u8; folio];
-    let mut busy = Duration::ZERO;
-    for (f, want) in pages.chunks_exact(folio).enumerate() {
-        let first = SwapEntry::new(1, (f as u64) << order);
-        let t0 = Instant::now();
-        let r = z.load_folio(first, order, &mut buf, LoadMode::Exclusive);
-        busy += t0.elapsed();
-        match r {
-            Ok(()) => faults.mismatches += count_mismatches(&buf, want),
-            Err(_) => {
-                faults.failures += 1;
-                faults.mismatches += (folio / PAGE_SIZE) as u64;
-            }
-        }
-    }
+    let mut buf = vec![0u8; PAGE_SIZE << order];
+    let folios = pages.len() / buf.len();
+    let busy: Duration = (0..folios)
+        .map(|f| load_one(z, pages, order, f, &mut buf, faults))
+        .sum();
     mbps(pages.len(), busy)
 }
 

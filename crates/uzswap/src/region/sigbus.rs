@@ -98,7 +98,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let found = found.flatten();
     match found {
         Some((sh, r)) => fault::resolve_here(&sh, &r, addr, is_write(ctx)),
-        None => chain(sig, info, ctx),
+        None => chain(sig, code, info, ctx),
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
@@ -123,20 +123,15 @@ fn is_write(ctx: *mut libc::c_void) -> Option<bool> {
     }
 }
 
-fn info_code(info: *mut libc::siginfo_t) -> libc::c_int {
-    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
-    unsafe { (*info).si_code }
-}
-
 /// A SIGBUS that is not ours: hand it to whoever had it before, or take the
 /// default action (the process ends, as it would have without us).
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+fn chain(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let Some(Ok(Previous(old))) = PREVIOUS.get() else {
         return;
     };
     match old.sa_sigaction {
         // Sent by a process (si_code <= 0) to a program ignoring SIGBUS.
-        libc::SIG_IGN if info_code(info) <= 0 => {}
+        libc::SIG_IGN if code <= 0 => {}
         libc::SIG_DFL | libc::SIG_IGN => {
             // The default action, as if we had not been here: the signal
             // is blocked while we run, so the raised one is delivered (and

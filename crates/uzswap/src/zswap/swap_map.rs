@@ -8,11 +8,19 @@
 //! A slot goes back to the device allocator when the last object touching
 //! it is released.
 //!
-//! Counts are set when a run is laid out, before its write, while the
-//! run's slots belong to the writer alone; after that each object holds one
-//! count on every slot it touches and drops them exactly once, when its
-//! entry is released, or when writeback does not switch it over. Atomic
-//! decrements, so releases need no lock; the one that reaches zero frees.
+//! Who holds counts:
+//! - each written-back object, one on every slot it touches: taken when its
+//!   run is laid out, before the write, while the run's slots belong to the
+//!   writer alone; dropped once, when its entry is released, or when
+//!   writeback does not switch the entry over;
+//! - a keep-copy load reading the device unlocked (`load`), on the slots it
+//!   reads: taken under the shard lock while the entries' own counts are
+//!   still there, dropped after the read, so a slot cannot go back to the
+//!   allocator (and be written over) mid-read.
+//!
+//! Atomic increments and decrements, so no lock; the decrement that reaches
+//! zero frees the slot. A slot holds at most a page of objects (each one at
+//! least a few bytes) plus one count per load in flight: far below u16.
 
 use crate::swap::{SwapDevice, SwapSlot};
 use crate::PAGE_SIZE;
@@ -54,8 +62,8 @@ impl SwapMap {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// Lay out a run: one count on every slot each of `places` touches.
-    /// The slots are freshly allocated and not yet visible to anyone.
+    /// One count on every slot each of `places` touches: laying out a run
+    /// (fresh slots), or pinning slots that entries hold for a read.
     pub fn hold(&self, places: &[DevicePlace]) {
         for p in places {
             for s in p.slots() {
