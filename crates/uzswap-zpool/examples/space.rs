@@ -66,6 +66,7 @@ fn main() {
         for pages in [4usize, 8, 16] {
             let pool = ZsPool::with_config(PoolConfig {
                 max_pages_per_span: pages,
+                ..PoolConfig::default()
             });
             let mut rng = SmallRng::seed_from_u64(42);
             let mut live: Vec<Handle> = Vec::new();

@@ -16,8 +16,12 @@
 //! that length pops it. Cached runs are given back to the OS lazily and in
 //! bulk (whole empty arenas `munmap`ed, other ranges `MADV_DONTNEED`) once
 //! they exceed 1/16 of the live spans' bytes, and all of them by
-//! [`ZsPool::compact`]. `pool_total_size` is the pages of live spans plus
-//! the cached runs ([`PoolStats::cached_bytes`]): all the pool holds.
+//! [`ZsPool::compact`]. Once the pool has an arena's worth of live pages,
+//! new arenas are transparent huge pages where the kernel offers them,
+//! faulted in whole (cheaper to fault in and to give back; see
+//! `page_alloc`). `pool_total_size` is the pages of live spans plus the
+//! cached runs ([`PoolStats::cached_bytes`]) plus the huge arenas' pages not
+//! yet handed out: all the pool holds.
 //!
 //! Each class keeps its spans on *fullness lists* (empty, 0-9% .. 90-99%,
 //! full). A store goes to the fullest non-full span so spans fill densely;
@@ -123,6 +127,10 @@ pub use stats::{ClassStats, CompactStats, PoolStats};
 
 /// The page size the pool's spans are built from.
 pub const PAGE_SIZE: usize = 4096;
+
+/// Bytes of one arena: the most one allocation can grow `pool_total_size`
+/// by beyond its own span (a huge arena is held whole from its first use).
+pub const ARENA_BYTES: usize = page_alloc::ARENA_BYTES;
 
 /// An opaque handle to one object. Stable across compaction (the pool moves
 /// objects, never handles).

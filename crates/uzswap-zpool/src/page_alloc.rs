@@ -34,9 +34,36 @@
 //! budget charging the pool overshoots by at most 1/16, and a pool with no
 //! live span holds nothing. [`PageAlloc::trim`] with 0 releases all.
 //!
+//! # Huge arenas
+//! Faulting pool memory in 4 KiB at a time costs a page allocation, a
+//! clear, a cgroup charge and a page-table update per page, and giving it
+//! back costs a zap and a free per page: together a tenth of what a store
+//! and an exclusive load of a text page cost. Where the kernel offers
+//! transparent huge pages for `MADV_HUGEPAGE` mappings, a new arena of a
+//! pool that already has an arena's worth of live pages is instead mapped
+//! 2 MiB-aligned with `MADV_HUGEPAGE` and faulted in whole on its first use:
+//! one huge page, one clear, one charge, and one free when the arena is
+//! unmapped. Its pages not yet handed out stay *clean* in the bitmaps (they
+//! are taken in address order, as from any fresh arena, with no fault) but
+//! are counted in `held_bytes` as the *reserve*: the memory is the kernel's
+//! huge page, held whole. New arenas are mapped only when no arena has a
+//! clean run of the length asked for, so the reserve is about one arena.
+//!
+//! Trim gives back small arenas' ranges before it touches a huge arena, and
+//! then *breaks* the huge arena: `MADV_NOHUGEPAGE` first (so khugepaged never
+//! collapses the holes it is about to make back into a huge page), then
+//! `MADV_DONTNEED` on all its free pages, cached and reserve. The kernel
+//! unmaps those pages at once (the process's RSS drops by them) and frees
+//! them with the rest of the huge page's split, which it defers to its
+//! shrinker: like memory given back by `MADV_FREE`, they are free to the
+//! kernel on demand. A broken arena stays small. Arenas that are not huge
+//! are mapped without 2 MiB alignment (or marked `MADV_NOHUGEPAGE` where
+//! the kernel happened to align one), so no huge page backs them whatever
+//! the system's THP mode, and every page they hold was counted when taken.
+//!
 //! # Accounting
-//! `held_bytes` = pages in live spans + cached pages: every page the pool may
-//! hold memory for. Clean pages (fresh arena space, or given back) are not
+//! `held_bytes` = pages in live spans + cached pages + the reserve of huge
+//! arenas: every page the pool may hold memory for. Clean pages (fresh arena space, or given back) are not
 //! counted, though their address space stays reserved until the arena goes.
 //! A span counts whole even where its tail was never touched.
 //!
@@ -60,13 +87,29 @@ use crate::{AllocError, PAGE_SIZE};
 /// Pages per arena.
 pub(crate) const ARENA_PAGES: usize = 512;
 /// Bytes per arena: one mapping, the unit of `munmap`.
-pub(crate) const ARENA_BYTES: usize = ARENA_PAGES * PAGE_SIZE;
+pub const ARENA_BYTES: usize = ARENA_PAGES * PAGE_SIZE;
 /// Longest run (span) in pages.
 pub(crate) const MAX_RUN_PAGES: usize = crate::size_class::MAX_PAGES_PER_SPAN_LIMIT;
 /// Cached bytes may reach `live / CACHE_DIVISOR` before a trim.
 const CACHE_DIVISOR: u64 = 16;
 /// Most pages faulted in at once when a span needs fresh pages (256 KiB).
 const GROW_PAGES: usize = 64;
+/// The transparent huge page size a huge arena needs: one arena.
+const THP_SYSFS: &str = "/sys/kernel/mm/transparent_hugepage";
+
+/// Whether the kernel backs `MADV_HUGEPAGE` mappings with huge pages of
+/// exactly one arena (THP mode `always` or `madvise`, PMD size 2 MiB).
+pub(crate) fn huge_pages_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let read = |f: &str| std::fs::read_to_string(format!("{THP_SYSFS}/{f}"));
+        let mode = read("enabled").unwrap_or_default();
+        let pmd = read("hpage_pmd_size")
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        (mode.contains("[always]") || mode.contains("[madvise]")) && pmd == Some(ARENA_BYTES)
+    })
+}
 
 const WORDS: usize = ARENA_PAGES / 64;
 type Bits = [u64; WORDS];
@@ -155,25 +198,65 @@ struct Mapping(NonNull<u8>);
 unsafe impl Send for Mapping {}
 
 impl Mapping {
+    /// A small arena: an anonymous mapping of one arena at an address of the
+    /// kernel's choosing, which is page- but (almost never) 2 MiB-aligned.
     fn new() -> Result<Self, AllocError> {
+        let p = Self::map(ARENA_BYTES)?;
+        if p as usize & (ARENA_BYTES - 1) != 0 {
+            return Ok(Self::wrap(p));
+        }
+        // 2 MiB-aligned by chance: a huge page could back it, and a small
+        // arena must be charged page by page. Say so.
+        // SAFETY: `p` is our fresh mapping of ARENA_BYTES.
+        unsafe { libc::madvise(p, ARENA_BYTES, libc::MADV_NOHUGEPAGE) };
+        Ok(Self::wrap(p))
+    }
+
+    /// A huge arena: 2 MiB-aligned (map twice the size, unmap the ends) and
+    /// marked `MADV_HUGEPAGE`.
+    fn new_huge() -> Result<Self, AllocError> {
+        let p = Self::map(2 * ARENA_BYTES)? as usize;
+        let start = p.next_multiple_of(ARENA_BYTES);
+        let end = start + ARENA_BYTES;
+        // SAFETY: [p, start) and [end, p + 2 * ARENA_BYTES) are the parts of
+        // our fresh mapping outside the aligned arena; nothing refers to them.
+        unsafe {
+            if start > p {
+                libc::munmap(p as *mut libc::c_void, start - p);
+            }
+            if p + 2 * ARENA_BYTES > end {
+                libc::munmap(end as *mut libc::c_void, p + 2 * ARENA_BYTES - end);
+            }
+        }
+        let m = Self::wrap(start as *mut libc::c_void);
+        // SAFETY: the arena lies inside our mapping. A failure only means
+        // the arena is backed by small pages, which the accounting (the
+        // whole arena is held) covers as well.
+        unsafe { libc::madvise(m.0.as_ptr().cast(), ARENA_BYTES, libc::MADV_HUGEPAGE) };
+        Ok(m)
+    }
+
+    fn map(len: usize) -> Result<*mut libc::c_void, AllocError> {
         // SAFETY: a fresh anonymous private mapping at an address of the
         // kernel's choosing; it aliases nothing and the result is checked.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                ARENA_BYTES,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
-        if p == libc::MAP_FAILED {
+        if p == libc::MAP_FAILED || p.is_null() {
             return Err(AllocError::NoMemory);
         }
-        NonNull::new(p.cast::<u8>())
-            .map(Self)
-            .ok_or(AllocError::NoMemory)
+        Ok(p)
+    }
+
+    fn wrap(p: *mut libc::c_void) -> Self {
+        Self(NonNull::new(p.cast::<u8>()).expect("checked by map"))
     }
 }
 
@@ -196,6 +279,8 @@ struct Arena {
     /// Shortest clean run a search of this arena failed to find since its
     /// clean pages last grew: skip it for requests that long or longer.
     fail_len: u32,
+    /// Mapped for a huge page and not broken by a trim since.
+    huge: bool,
 }
 
 impl Arena {
@@ -221,6 +306,12 @@ struct Inner {
     current: Option<u32>,
     live_pages: u64,
     cached_pages: u64,
+    /// New arenas may be huge (the kernel offers huge pages and the owner
+    /// asked for them).
+    huge_ok: bool,
+    huge_arenas: u64,
+    /// Clean pages of huge arenas: faulted in with their huge page, held.
+    reserve_pages: u64,
 }
 
 /// The provider. `held_bytes` and friends are mirrored in atomics so readers
@@ -230,6 +321,8 @@ pub(crate) struct PageAlloc {
     held: AtomicU64,
     cached: AtomicU64,
     arenas: AtomicU64,
+    huge_arenas: AtomicU64,
+    reserve: AtomicU64,
 }
 
 /// Result of giving memory back: bytes released and arenas to unmap once
@@ -240,7 +333,9 @@ struct Released {
 }
 
 impl PageAlloc {
-    pub(crate) fn new() -> Self {
+    /// A provider; `huge` lets it map huge arenas where the kernel offers
+    /// huge pages ([`huge_pages_available`]).
+    pub(crate) fn new(huge: bool) -> Self {
         Self {
             inner: Mutex::new(Inner {
                 arenas: Vec::new(),
@@ -249,10 +344,15 @@ impl PageAlloc {
                 current: None,
                 live_pages: 0,
                 cached_pages: 0,
+                huge_ok: huge && huge_pages_available(),
+                huge_arenas: 0,
+                reserve_pages: 0,
             }),
             held: AtomicU64::new(0),
             cached: AtomicU64::new(0),
             arenas: AtomicU64::new(0),
+            huge_arenas: AtomicU64::new(0),
+            reserve: AtomicU64::new(0),
         }
     }
 
@@ -271,6 +371,17 @@ impl PageAlloc {
         self.arenas.load(Ordering::Relaxed)
     }
 
+    /// Of [`Self::arenas`], those mapped huge and not broken since.
+    pub(crate) fn huge_arenas(&self) -> u64 {
+        self.huge_arenas.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of huge arenas' pages no run has taken yet (part of
+    /// `held_bytes`).
+    pub(crate) fn reserve_bytes(&self) -> u64 {
+        self.reserve.load(Ordering::Relaxed)
+    }
+
     /// A run of `pages` (1..=MAX_RUN_PAGES) contiguous pages. Its bytes are
     /// whatever they were: zero when fresh, stale when reused.
     pub(crate) fn alloc(&self, pages: usize) -> Result<PageRun, AllocError> {
@@ -280,22 +391,25 @@ impl PageAlloc {
         let r = if let Some(run) = inner.take_cached(pages) {
             run
         } else {
-            let before = inner.cached_pages;
             let grow = inner.grow_pages(pages);
-            let run = match inner.take_clean(pages, grow) {
+            match inner.take_clean(pages, grow) {
                 Some(run) => run,
+                None if inner.huge_fits() => {
+                    let a = inner.add_arena(Mapping::new_huge()?, true);
+                    self.arenas.fetch_add(1, Ordering::Relaxed);
+                    inner.fault_huge(a);
+                    inner
+                        .take_clean_in(a, pages, pages)
+                        .expect("a new arena is clean")
+                }
                 None => {
-                    let a = inner.add_arena(Mapping::new()?);
+                    let a = inner.add_arena(Mapping::new()?, false);
                     self.arenas.fetch_add(1, Ordering::Relaxed);
                     inner
                         .take_clean_in(a, pages, grow)
                         .expect("a new arena is clean")
                 }
-            };
-            let added = pages as u64 + inner.cached_pages - before;
-            self.held
-                .fetch_add(added * PAGE_SIZE as u64, Ordering::Relaxed);
-            run
+            }
         };
         inner.live_pages += pages as u64;
         self.publish(inner);
@@ -340,8 +454,7 @@ impl PageAlloc {
     }
 
     fn finish(&self, mut g: parking_lot::MutexGuard<'_, Inner>, rel: Released) -> u64 {
-        if rel.bytes > 0 || !rel.maps.is_empty() {
-            self.held.fetch_sub(rel.bytes, Ordering::Relaxed);
+        if !rel.maps.is_empty() {
             self.arenas
                 .fetch_sub(rel.maps.len() as u64, Ordering::Relaxed);
         }
@@ -352,8 +465,13 @@ impl PageAlloc {
     }
 
     fn publish(&self, inner: &mut Inner) {
-        self.cached
-            .store(inner.cached_pages * PAGE_SIZE as u64, Ordering::Relaxed);
+        let p = PAGE_SIZE as u64;
+        let held = inner.live_pages + inner.cached_pages + inner.reserve_pages;
+        self.held.store(held * p, Ordering::Relaxed);
+        self.cached.store(inner.cached_pages * p, Ordering::Relaxed);
+        self.reserve
+            .store(inner.reserve_pages * p, Ordering::Relaxed);
+        self.huge_arenas.store(inner.huge_arenas, Ordering::Relaxed);
     }
 }
 
@@ -365,7 +483,7 @@ impl Inner {
         (run.as_ptr() as usize - ar.base() as usize) / PAGE_SIZE
     }
 
-    fn add_arena(&mut self, map: Mapping) -> u32 {
+    fn add_arena(&mut self, map: Mapping, huge: bool) -> u32 {
         let arena = Arena {
             map,
             free: [u64::MAX; WORDS],
@@ -373,7 +491,9 @@ impl Inner {
             used: 0,
             cached: 0,
             fail_len: u32::MAX,
+            huge,
         };
+        self.huge_arenas += u64::from(huge);
         let a = match self.free_slots.pop() {
             Some(a) => {
                 self.arenas[a as usize] = Some(arena);
@@ -430,6 +550,25 @@ impl Inner {
         n.max(cap.saturating_sub(self.cached_pages) as usize)
     }
 
+    /// Whether a new arena may be huge: the pool already has an arena's
+    /// worth of live pages, so a huge page is not held for a few objects.
+    fn huge_fits(&self) -> bool {
+        self.huge_ok && self.live_pages >= ARENA_PAGES as u64
+    }
+
+    /// Fault in new huge arena `a` whole: one `MADV_POPULATE_WRITE`, one
+    /// huge page where the kernel has one. All its pages become reserve.
+    fn fault_huge(&mut self, a: u32) {
+        let ar = self.arenas[a as usize].as_mut().expect("new arena");
+        // SAFETY: the whole arena is ours and clean; populating changes no
+        // byte a program could observe. A failure (an old kernel) only means
+        // the pages fault in on first touch; they are counted either way.
+        unsafe {
+            libc::madvise(ar.base().cast(), ARENA_BYTES, libc::MADV_POPULATE_WRITE);
+        }
+        self.reserve_pages += ARENA_PAGES as u64;
+    }
+
     /// Clean pages for a run of `n`: the current arena first, then any.
     fn take_clean(&mut self, n: usize, grow: usize) -> Option<PageRun> {
         if let Some(a) = self.current {
@@ -462,6 +601,11 @@ impl Inner {
             ar.fail_len = n as u32;
             return None;
         };
+        if ar.huge {
+            // Faulted in with the huge page: no populate, no growth.
+            self.reserve_pages -= n as u64;
+            return Some(self.run(a, p, n));
+        }
         let mut end = p + n;
         while end < ARENA_PAGES && end < p + grow && bit(&clean, end) {
             end += 1;
@@ -518,34 +662,59 @@ impl Inner {
             let empty = self.arenas[a].as_ref().is_some_and(|ar| ar.used == 0);
             if empty {
                 let ar = self.arenas[a].take().expect("checked above");
+                let reserve = if ar.huge { ar.clean() as u64 } else { 0 };
+                self.huge_arenas -= u64::from(ar.huge);
+                self.reserve_pages -= reserve;
                 self.free_slots.push(a as u32);
                 if self.current == Some(a as u32) {
                     self.current = None;
                 }
                 self.cached_pages -= u64::from(ar.cached);
-                rel.bytes += u64::from(ar.cached) * PAGE_SIZE as u64;
+                rel.bytes += (u64::from(ar.cached) + reserve) * PAGE_SIZE as u64;
                 touched |= ar.cached > 0;
                 rel.maps.push(ar.map);
             }
         }
         if self.cached_pages > keep {
-            let mut by_cached: Vec<(u32, usize)> = self
+            // Small arenas first, then huge ones (each broken by its trim);
+            // within each, the arenas caching the most.
+            let mut by_cached: Vec<(bool, std::cmp::Reverse<u32>, usize)> = self
                 .arenas
                 .iter()
                 .enumerate()
-                .filter_map(|(a, ar)| ar.as_ref().map(|ar| (ar.cached, a)))
-                .filter(|&(c, _)| c > 0)
+                .filter_map(|(a, ar)| {
+                    ar.as_ref()
+                        .map(|ar| (ar.huge, std::cmp::Reverse(ar.cached), a))
+                })
+                .filter(|&(_, c, _)| c.0 > 0)
                 .collect();
-            by_cached.sort_unstable_by(|x, y| y.cmp(x));
-            for (_, a) in by_cached {
+            by_cached.sort_unstable();
+            for (huge, _, a) in by_cached {
                 if self.cached_pages <= keep {
                     break;
                 }
                 let ar = self.arenas[a].as_mut().expect("listed arena");
-                for (s, len) in ranges(&ar.dirty) {
+                // A huge arena gives back its reserve with its cached pages.
+                let (give, reserve) = if huge {
+                    // SAFETY: the arena's own range; only its THP advice
+                    // changes. Before the holes are made (see the module
+                    // comment).
+                    unsafe {
+                        libc::madvise(ar.base().cast(), ARENA_BYTES, libc::MADV_NOHUGEPAGE);
+                    }
+                    ar.huge = false;
+                    self.huge_arenas -= 1;
+                    (ar.free, ar.clean() as u64)
+                } else {
+                    (ar.dirty, 0)
+                };
+                self.reserve_pages -= reserve;
+                rel.bytes += reserve * PAGE_SIZE as u64;
+                for (s, len) in ranges(&give) {
                     // SAFETY: the range lies inside the arena mapping and
-                    // holds only cached pages: no span owns them, and none
-                    // is handed out before this returns (the lock is held).
+                    // holds only free pages (cached, or a huge arena's
+                    // reserve): no span owns them, and none is handed out
+                    // before this returns (the lock is held).
                     let rc = unsafe {
                         libc::madvise(
                             ar.base().add(s * PAGE_SIZE).cast(),
@@ -589,7 +758,7 @@ impl PageAlloc {
                 listed[a as usize].push((p as usize, n));
             }
         }
-        let (mut live, mut cached, mut arenas) = (0, 0, 0);
+        let (mut live, mut cached, mut arenas, mut huge, mut reserve) = (0, 0, 0, 0, 0);
         for (a, ar) in g.arenas.iter().enumerate() {
             let Some(ar) = ar else {
                 assert!(listed[a].is_empty());
@@ -611,15 +780,23 @@ impl PageAlloc {
             assert_eq!((used, dirty), (ar.used as usize, ar.cached as usize));
             live += used as u64;
             cached += dirty as u64;
+            if ar.huge {
+                huge += 1;
+                reserve += ar.clean() as u64;
+            }
         }
         assert_eq!((live, cached), (g.live_pages, g.cached_pages));
+        assert_eq!((huge, reserve), (g.huge_arenas, g.reserve_pages));
+        assert!(huge == 0 || g.huge_ok, "huge arenas only where allowed");
         // The cache bound holds between operations.
         assert!(
             cached * CACHE_DIVISOR <= live,
             "{cached} cached, {live} live"
         );
         let p = PAGE_SIZE as u64;
-        assert_eq!(self.held_bytes(), (live + cached) * p);
+        assert_eq!(self.held_bytes(), (live + cached + reserve) * p);
+        assert_eq!(self.huge_arenas(), huge);
+        assert_eq!(self.reserve_bytes(), reserve * p);
         assert_eq!(self.cached_bytes(), cached * p);
         assert_eq!(self.arenas(), arenas);
     }
@@ -669,7 +846,7 @@ mod tests {
 
     #[test]
     fn a_returned_run_is_reused() {
-        let pa = PageAlloc::new();
+        let pa = PageAlloc::new(false);
         let keep: Vec<_> = (0..64).map(|_| pa.alloc(1).unwrap()).collect();
         let held = pa.held_bytes();
         let x = pa.alloc(1).unwrap();
@@ -701,7 +878,7 @@ mod tests {
 
     #[test]
     fn empty_arenas_are_unmapped_and_cached_pages_given_back() {
-        let pa = PageAlloc::new();
+        let pa = PageAlloc::new(false);
         let runs: Vec<_> = (0..3 * ARENA_PAGES).map(|_| pa.alloc(1).unwrap()).collect();
         let arenas = pa.arenas();
         assert!((3..=4).contains(&arenas), "{arenas} arenas");
@@ -739,9 +916,135 @@ mod tests {
         pa.assert_consistent();
     }
 
+    /// The arena a run lies in and whether it is huge.
+    fn arena_of(pa: &PageAlloc, r: &PageRun) -> (u32, bool) {
+        let g = pa.inner.lock();
+        let huge = g.arenas[r.arena as usize]
+            .as_ref()
+            .expect("live arena")
+            .huge;
+        (r.arena, huge)
+    }
+
+    /// Whether the kernel backs the page at `p` with a huge page, from
+    /// /proc/self/smaps (None if it cannot be read).
+    fn backed_huge(p: *const u8) -> Option<bool> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let addr = p as usize;
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((lo, hi)) = range.split_once('-') {
+                    if let (Ok(lo), Ok(hi)) =
+                        (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                    {
+                        inside = (lo..hi).contains(&addr);
+                        continue;
+                    }
+                }
+            }
+            if inside {
+                if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+                    return Some(kb.trim().trim_end_matches(" kB").trim() != "0");
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn huge_arenas_hold_their_reserve_and_break_after_small_ones() {
+        if !huge_pages_available() {
+            eprintln!("skipped: the kernel offers no 2 MiB transparent huge pages");
+            return;
+        }
+        let pa = PageAlloc::new(true);
+        // Three arenas' worth and a bit: a small first arena (the pool had
+        // no live arena's worth yet), then huge ones, the last mostly reserve.
+        let runs: Vec<_> = (0..3 * ARENA_PAGES + 100)
+            .map(|_| pa.alloc(1).unwrap())
+            .collect();
+        for (i, r) in runs.iter().enumerate() {
+            fill(r, i as u64);
+        }
+        let arenas: Vec<_> = runs.iter().map(|r| arena_of(&pa, r)).collect();
+        assert!(!arenas[0].1, "the first arena is small");
+        assert!(
+            arenas[ARENA_PAGES + 1].1,
+            "an arena taken past 2 MiB live is huge"
+        );
+        assert_eq!(pa.huge_arenas(), 3);
+        assert_eq!(pa.arenas(), 4);
+        pa.assert_consistent();
+        // The last arena's untouched pages are held: the whole huge page.
+        let live = runs.len() as u64;
+        assert_eq!(pa.cached_bytes(), 0);
+        assert_eq!(pa.held_bytes(), 4 * ARENA_BYTES as u64);
+        assert!(pa.held_bytes() > live * PAGE_SIZE as u64);
+        match backed_huge(runs[ARENA_PAGES + 1].as_ptr()) {
+            Some(true) => {}
+            Some(false) => {
+                eprintln!("note: the kernel had no huge page free; small pages back the arena")
+            }
+            None => eprintln!("note: /proc/self/smaps unreadable"),
+        }
+
+        // Cache 35 pages of the small arena and 55 of a huge one (below the
+        // trim bound), then ask for 35 back: the small arena's go and every
+        // huge arena stays whole, though the huge one caches more.
+        let (a0, a1) = (arenas[0].0, arenas[ARENA_PAGES + 1].0);
+        let (mut from0, mut from1) = (0, 0);
+        let mut kept = Vec::new();
+        let mut a1_runs = Vec::new();
+        for (i, r) in runs.into_iter().enumerate() {
+            let a = arenas[i].0;
+            if a == a0 && from0 < 35 {
+                from0 += 1;
+                pa.free(r);
+            } else if a == a1 && from1 < 55 {
+                from1 += 1;
+                pa.free(r);
+            } else if a == a1 {
+                a1_runs.push((i, r));
+            } else {
+                kept.push((i, r));
+            }
+        }
+        assert_eq!(pa.cached_bytes(), 90 * PAGE_SIZE as u64, "no trim yet");
+        assert_eq!(pa.trim(55 * PAGE_SIZE as u64), 35 * PAGE_SIZE as u64);
+        pa.assert_consistent();
+        assert_eq!(pa.huge_arenas(), 3, "small arenas are trimmed first");
+        // Free most of the rest of that huge arena: the trims this starts
+        // find nothing small to give back and break it.
+        for (n, (i, r)) in a1_runs.into_iter().enumerate() {
+            if n % 16 == 0 {
+                kept.push((i, r));
+            } else {
+                pa.free(r);
+            }
+        }
+        // Now only a huge arena can give enough back: it was broken.
+        pa.assert_consistent();
+        assert_eq!(pa.huge_arenas(), 2, "the sparse huge arena was broken");
+        assert!(pa.cached_bytes() * 16 <= pa.held_bytes());
+        for p in pa.clean_pages() {
+            // SAFETY: a clean page of a live arena mapping.
+            let first = unsafe { p.read_volatile() };
+            assert_eq!(first, 0, "a given-back page reads zero");
+        }
+        for (i, r) in &kept {
+            check(r, *i as u64);
+        }
+        for (_, r) in kept {
+            pa.free(r);
+        }
+        assert_eq!((pa.held_bytes(), pa.arenas(), pa.huge_arenas()), (0, 0, 0));
+        pa.assert_consistent();
+    }
+
     #[test]
     fn trim_to_zero_releases_every_cached_run() {
-        let pa = PageAlloc::new();
+        let pa = PageAlloc::new(false);
         let runs: Vec<_> = (0..400).map(|i| pa.alloc(1 + i % 16).unwrap()).collect();
         let live: u64 = runs.iter().map(|r| u64::from(r.pages)).sum();
         for r in runs.into_iter().skip(300) {
@@ -757,7 +1060,22 @@ mod tests {
 
     #[test]
     fn random_runs_never_overlap_and_the_books_balance() {
-        let pa = PageAlloc::new();
+        random_runs(false);
+    }
+
+    /// The same with huge arenas (taken once live pages pass an arena's
+    /// worth, broken by the trims of the shrinking phases).
+    #[test]
+    fn random_runs_with_huge_arenas() {
+        if !huge_pages_available() {
+            eprintln!("skipped: the kernel offers no 2 MiB transparent huge pages");
+            return;
+        }
+        random_runs(true);
+    }
+
+    fn random_runs(huge: bool) {
+        let pa = PageAlloc::new(huge);
         let mut rng = SmallRng::seed_from_u64(3);
         let mut live: Vec<(PageRun, u64)> = Vec::new();
         for op in 0..20_000u64 {
@@ -788,7 +1106,7 @@ mod tests {
 
     #[test]
     fn concurrent_alloc_free_keeps_runs_private() {
-        let pa = PageAlloc::new();
+        let pa = PageAlloc::new(true);
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let pa = &pa;

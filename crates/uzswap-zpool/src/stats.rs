@@ -20,6 +20,12 @@ pub struct PoolStats {
     pub cached_bytes: u64,
     /// Arena mappings (of 2 MiB) the spans are carved from.
     pub arenas: u64,
+    /// Of `arenas`, those backed by one transparent huge page (held whole)
+    /// and not broken by a trim since.
+    pub huge_arenas: u64,
+    /// Pages of huge arenas no span has used yet: faulted in with their
+    /// huge page, so part of `pool_total_size` (about one arena at most).
+    pub reserve_bytes: u64,
     /// Bytes handed out to live objects (their requested sizes).
     pub used_bytes: u64,
     pub objects: u64,

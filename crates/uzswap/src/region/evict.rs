@@ -61,11 +61,11 @@ fn evictable(st: u32) -> bool {
 /// pool): stop trying for a while instead of burning CPU on it.
 const FUTILE_DIVISOR: i64 = 8;
 /// Pool growth beyond the compressed chunk itself that one store may
-/// cause: pages the pool's arena populates ahead of need (at most 256 KiB
-/// cached), plus whole spans opened for objects of classes with no free
-/// slot (a 64 KiB folio's 16 objects, each span up to 32 KiB by default:
-/// 512 KiB at worst). 256 KiB was once passed by 180 KiB.
-const POOL_GROWTH: u64 = 1 << 20;
+/// cause: pages the pool populates ahead of need (a new huge arena, held
+/// whole, or at most 256 KiB of a small one), plus whole spans opened for
+/// objects of classes with no free slot (a 64 KiB folio's 16 objects, each
+/// span up to 32 KiB by default: 512 KiB at worst), with room to spare.
+const POOL_GROWTH: u64 = uzswap_zpool::ARENA_BYTES as u64 + (1 << 20);
 
 /// Headroom under the budget for the store in flight: its compressed copy
 /// (at worst the whole chunk, stored as is) lands in the pool, which grows

@@ -38,7 +38,8 @@ impl Zswap {
     }
 
     /// Load a whole folio. Fails with `NotFound` (and changes nothing) unless
-    /// every page of it is stored.
+    /// every page of it is stored. After any error `out` holds unspecified
+    /// bytes; the entries are as they were.
     pub fn load_folio(
         &self,
         first: SwapEntry,
@@ -222,7 +223,7 @@ impl Zswap {
     /// slots: a count on each in the swap map keeps it from going back to
     /// the allocator (and being written over) whatever happens to the
     /// entries meanwhile. Under the lock again the entries must be the
-    /// ones read (same payload and crc); if one changed, the load reads
+    /// ones read (same payload and checksum); if one changed, the load reads
     /// again with the lock held throughout.
     fn keep_copy_read(
         &self,
@@ -262,7 +263,7 @@ impl Zswap {
         let unchanged = entries.iter().enumerate().all(|(i, was)| {
             shard
                 .get(first.offset(i as u64))
-                .is_some_and(|e| e.payload == was.payload && e.crc == was.crc)
+                .is_some_and(|e| e.payload == was.payload && e.csum == was.csum)
         });
         let r = match read {
             Ok(dev) if unchanged => self
@@ -322,7 +323,7 @@ impl Zswap {
         };
         let o = dev.index[i]?;
         let obj = &dev.buf[o..o + len as usize];
-        debug_assert_eq!(checksum(key, obj), e.crc);
+        debug_assert_eq!(checksum(key, obj), e.csum);
         let handle = self.pool.store(obj).ok()?;
         Some(ZswapEntry {
             payload: Payload::Pool {
@@ -433,25 +434,28 @@ impl Zswap {
             }
             Payload::Pool { handle, comp, .. } => self
                 .pool
-                .read(handle, |obj| self.decode(key, e.crc, comp, obj, page, ctx)),
-            Payload::Device { comp, .. } => self.decode(key, e.crc, comp, dev_page, page, ctx),
+                .read(handle, |obj| self.decode(key, e.csum, comp, obj, page, ctx)),
+            Payload::Device { comp, .. } => self.decode(key, e.csum, comp, dev_page, page, ctx),
         }
     }
 
-    /// Verify an object against its checksum and turn it back into a page.
+    /// Turn an object back into a page and verify it against its checksum.
+    /// The checksum covers the object, and is checked after decompressing
+    /// it: the decompressor's sequential reads bring the object into the
+    /// cache while it works, and the check then reads it from there (first
+    /// checking costs a stall on every cache line of a cold object). The
+    /// decompressors are safe on any input, so a corrupt object costs
+    /// only the wasted work, and `page` (unspecified after any error) is
+    /// not handed out.
     pub(super) fn decode(
         &self,
         key: SwapEntry,
-        crc: u32,
+        csum: u32,
         comp: Option<compress::CompressorId>,
         obj: &[u8],
         page: &mut [u8],
         ctx: &mut dyn CompressCtx,
     ) -> Result<(), LoadError> {
-        if checksum(key, obj) != crc {
-            Counters::add(&self.counters.checksum_fail, 1);
-            return Err(LoadError::Checksum(key));
-        }
         let r = match comp {
             None if obj.len() == PAGE_SIZE => {
                 page.copy_from_slice(obj);
@@ -467,6 +471,12 @@ impl Zswap {
                 .decompress(obj, page)
                 .map_err(|e| e.to_string()),
         };
+        // A corrupt object is reported as such even where the damage also
+        // made it undecodable.
+        if checksum(key, obj) != csum {
+            Counters::add(&self.counters.checksum_fail, 1);
+            return Err(LoadError::Checksum(key));
+        }
         r.map_err(|msg| {
             Counters::add(&self.counters.decompress_fail, 1);
             LoadError::Decompress(key, msg)

@@ -430,7 +430,7 @@ impl Zswap {
         match how {
             Corruption::Checksum => match self.tree.lock(entry, 1).get_mut(entry) {
                 Some(e) if e.handle().is_some() => {
-                    e.crc ^= 1;
+                    e.csum ^= 1;
                     true
                 }
                 _ => false,

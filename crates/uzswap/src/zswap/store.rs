@@ -175,7 +175,7 @@ impl Zswap {
             if v == 0 || self.cfg.same_filled_nonzero {
                 return Ok(ZswapEntry {
                     payload: Payload::SameFilled(v),
-                    crc: 0,
+                    csum: 0,
                     referenced: true,
                     lru_seq: 0,
                     pinned: false,
@@ -220,7 +220,7 @@ impl Zswap {
                 len: object.len() as u16,
                 comp,
             },
-            crc: checksum(key, object),
+            csum: checksum(key, object),
             referenced: true,
             lru_seq: 0,
             pinned: false,

@@ -308,7 +308,7 @@ impl ShardGuard<'_> {
     }
 
     /// Switch a pool entry to its written-back form; it leaves the LRU.
-    pub fn set_written_back(&mut self, key: SwapEntry, payload: super::entry::Payload, crc: u32) {
+    pub fn set_written_back(&mut self, key: SwapEntry, payload: super::entry::Payload, csum: u32) {
         let e = self
             .shard
             .map
@@ -316,7 +316,7 @@ impl ShardGuard<'_> {
             .expect("caller checked the entry");
         debug_assert!(e.on_lru() && matches!(payload, super::entry::Payload::Device { .. }));
         e.payload = payload;
-        e.crc = crc;
+        e.csum = csum;
         e.lru_seq = 0;
         self.tree.lru.removed(1);
     }

@@ -94,7 +94,7 @@ struct Candidate {
     data: Box<[u8]>,
     len: u16,
     comp: Option<CompressorId>,
-    crc: u32,
+    csum: u32,
 }
 
 /// Does the ring head `next` continue the run of the batch's last isolated
@@ -211,7 +211,7 @@ impl Zswap {
             data,
             len,
             comp,
-            crc: e.crc,
+            csum: e.csum,
         }
     }
 
@@ -313,7 +313,7 @@ impl Zswap {
     fn prepare(&self, c: &mut Candidate, ctx: &mut dyn CompressCtx) -> bool {
         let obj = &c.data[..c.len as usize];
         if self.cfg.writeback_compressed || c.comp.is_none() {
-            if checksum(c.key, obj) != c.crc {
+            if checksum(c.key, obj) != c.csum {
                 Counters::add(&self.counters.checksum_fail, 1);
                 return false;
             }
@@ -321,12 +321,12 @@ impl Zswap {
         }
         let mut page = vec![0u8; PAGE_SIZE].into_boxed_slice();
         if self
-            .decode(c.key, c.crc, c.comp, obj, &mut page, ctx)
+            .decode(c.key, c.csum, c.comp, obj, &mut page, ctx)
             .is_err()
         {
             return false;
         }
-        c.crc = checksum(c.key, &page);
+        c.csum = checksum(c.key, &page);
         c.data = page;
         c.len = PAGE_SIZE as u16;
         c.comp = None;
@@ -355,7 +355,7 @@ impl Zswap {
                             len: c.len,
                             comp: c.comp,
                         };
-                        g.set_written_back(c.key, payload, c.crc);
+                        g.set_written_back(c.key, payload, c.csum);
                         let new = *g.get(c.key).expect("just set");
                         freed.push((old, new));
                     }
