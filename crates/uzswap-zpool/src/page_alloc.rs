@@ -94,7 +94,8 @@ pub(crate) const MAX_RUN_PAGES: usize = crate::size_class::MAX_PAGES_PER_SPAN_LI
 const CACHE_DIVISOR: u64 = 16;
 /// Most pages faulted in at once when a span needs fresh pages (256 KiB).
 const GROW_PAGES: usize = 64;
-/// The transparent huge page size a huge arena needs: one arena.
+/// Where the kernel says whether and at what size it offers transparent
+/// huge pages.
 const THP_SYSFS: &str = "/sys/kernel/mm/transparent_hugepage";
 
 /// Whether the kernel backs `MADV_HUGEPAGE` mappings with huge pages of
