@@ -342,6 +342,14 @@ impl ZsPool {
         self.pages.held_bytes()
     }
 
+    /// Bytes of `total_size` that no span holds yet: the untouched part of
+    /// huge arenas, already faulted in ([`PoolStats::reserve_bytes`]). New
+    /// spans take it before the pool maps more, so a budget can count it as
+    /// room the next stores fill without growing the pool. One relaxed load.
+    pub fn reserve_bytes(&self) -> u64 {
+        self.pages.reserve_bytes()
+    }
+
     pub fn stats(&self) -> PoolStats {
         let mut s = PoolStats {
             pool_total_size: self.total_size(),

@@ -260,3 +260,35 @@ fn signal_mode_resolves_in_the_faulting_thread() {
     p[0] ^= 1;
     assert!(Pattern::Text.verify(1, 5, p));
 }
+
+#[test]
+fn a_pool_with_room_writes_nothing_back() {
+    // 48 MiB of index pages (~1.9:1 with lz4) under a 32 MiB budget whose
+    // pool may take 90%: the cold pages fit in the pool, so none has to go
+    // to the device. A store near the budget must count the pool's
+    // already-charged reserve (a huge arena's untouched pages) as room, not
+    // make room for a new arena on top of it by writing back.
+    let Some(uz) = instance(Config {
+        budget: 32 << 20,
+        pool_share_percent: 90,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let len = 48 << 20;
+    let r = uz.region(len).unwrap();
+    for i in 0..len / PAGE_SIZE {
+        Pattern::Index.fill(i as u64, 6, page_mut(r.as_ptr(), i));
+    }
+    for i in 0..len / PAGE_SIZE {
+        assert!(
+            Pattern::Index.verify(i as u64, 6, page_mut(r.as_ptr(), i)),
+            "page {i}"
+        );
+    }
+    let st = uz.stats();
+    assert!(st.zswap.stored_pages > 0, "{st:?}");
+    assert_eq!(st.zswap.written_back_pages, 0, "{st:?}");
+    assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
+    assert!(st.peak_bytes <= 32 << 20, "{st:?}");
+}

@@ -61,17 +61,31 @@ fn evictable(st: u32) -> bool {
 /// pool): stop trying for a while instead of burning CPU on it.
 const FUTILE_DIVISOR: i64 = 8;
 /// Pool growth beyond the compressed chunk itself that one store may
-/// cause: pages the pool populates ahead of need (a new huge arena, held
-/// whole, or at most 256 KiB of a small one), plus whole spans opened for
-/// objects of classes with no free slot (a 64 KiB folio's 16 objects, each
-/// span up to 32 KiB by default: 512 KiB at worst), with room to spare.
-const POOL_GROWTH: u64 = uzswap_zpool::ARENA_BYTES as u64 + (1 << 20);
+/// cause, apart from a new huge arena: at most 256 KiB of a small arena
+/// populated ahead of need, plus whole spans opened for objects of classes
+/// with no free slot (a 64 KiB folio's 16 objects, each span up to 32 KiB
+/// by default: 512 KiB at worst), with room to spare.
+const SPAN_GROWTH: u64 = 1 << 20;
+/// A new huge arena is held whole from its first span on.
+const ARENA_GROWTH: u64 = uzswap_zpool::ARENA_BYTES as u64;
 
-/// Headroom under the budget for the store in flight: its compressed copy
-/// (at worst the whole chunk, stored as is) lands in the pool, which grows
-/// by whole spans, a moment before the chunk's resident charge goes.
+/// Headroom under the budget for the store in flight, at most: its
+/// compressed copy (at worst the whole chunk, stored as is) lands in the
+/// pool, which grows by whole spans or a whole arena, a moment before the
+/// chunk's resident charge goes.
 pub(super) fn store_margin(chunk: usize) -> u64 {
-    chunk as u64 + POOL_GROWTH
+    chunk as u64 + SPAN_GROWTH + ARENA_GROWTH
+}
+
+/// The headroom the next store needs now. A huge arena's reserve is already
+/// charged (it is in `pool_total_size`) and new spans take it before the
+/// pool maps another arena, so only the part of an arena it does not cover
+/// can still appear. Counting a whole arena on top of a reserve that is
+/// already charged would find every store after a new arena 2 MiB short,
+/// and make room by writing back cold pages the pool has room for.
+fn store_need(sh: &Shared) -> u64 {
+    let arena = ARENA_GROWTH.saturating_sub(sh.zswap.pool_reserve_bytes());
+    sh.chunk as u64 + SPAN_GROWTH + arena
 }
 const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -101,11 +115,11 @@ pub(super) fn maybe_kick(sh: &Shared) {
 /// any batch in flight, which holds `evict_lock`), so resident + pool never
 /// exceeds the budget.
 pub(super) fn backstop(sh: &Shared) {
-    let limit = sh.cfg.budget.saturating_sub(store_margin(sh.chunk));
+    let limit = || sh.cfg.budget.saturating_sub(store_need(sh));
     // Every handler thread (or faulting thread, in signal mode) may be
     // about to install a chunk at once.
     let incoming = (sh.chunk * sh.installers()) as u64;
-    if sh.usage() + incoming <= limit {
+    if sh.usage() + incoming <= limit() {
         return;
     }
     // While eviction is futile (incompressible chunks: storing them frees
@@ -114,7 +128,7 @@ pub(super) fn backstop(sh: &Shared) {
     // budget itself makes room first, writing back before it evicts. Not
     // while a batch is in flight: its store needs the margin.
     let in_flight = if sh.evict_lock.is_locked() {
-        store_margin(sh.chunk)
+        store_need(sh)
     } else {
         0
     };
@@ -122,8 +136,8 @@ pub(super) fn backstop(sh: &Shared) {
         return;
     }
     let mut clock = sh.evict_lock.lock();
-    while sh.usage() + incoming > limit {
-        if drop_clean_copies(sh, sh.usage() + incoming - limit) {
+    while sh.usage() + incoming > limit() {
+        if drop_clean_copies(sh, sh.usage() + incoming - limit()) {
             continue;
         }
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
@@ -151,8 +165,7 @@ pub(super) fn backstop(sh: &Shared) {
 /// effort: where nothing can be freed (no pool to write back) the store
 /// goes ahead, as eviction is then the only way down.
 fn room_for_store(sh: &Shared) {
-    let need = store_margin(sh.chunk);
-    let short = || (sh.usage() + need).saturating_sub(sh.cfg.budget);
+    let short = || (sh.usage() + store_need(sh)).saturating_sub(sh.cfg.budget);
     if short() == 0 {
         return;
     }
@@ -217,8 +230,7 @@ pub(super) fn evictor_loop(sh: &Shared) {
 }
 
 /// Pick one batch by CLOCK and evict it. Returns the bytes of usage it
-/// freed (resident bytes uncharged minus pool growth), or None if no chunk
-/// could be taken.
+/// freed (see [`run_protocol`]), or None if no chunk could be taken.
 fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
     let regions = sh.snapshot_regions();
     let victims = select(clock, &regions, sh.batch_bytes, sh.chunk);
@@ -329,8 +341,20 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
 /// Evict `victims` (all EVICTING, owned by us), run by run of contiguous
 /// whole chunks so each run costs one write-protect and one zap; a partial
 /// chunk is one page to claim (or store) and zap.
+///
+/// Returns the usage it freed: resident bytes uncharged minus the pool
+/// pages the stores took. A huge arena mapped during the batch is charged
+/// whole, but its reserve is room for the stores after it, not a cost of
+/// this batch: counted, a compressible batch that happened to open an
+/// arena would read as futile and be answered by writing back.
 fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
-    let pool_before = sh.zswap.pool_total_size() as i64;
+    // Two loads, not one snapshot: saturating, as an arena mapped between
+    // them shows its reserve without its size.
+    let taken = || {
+        let z = &sh.zswap;
+        z.pool_total_size().saturating_sub(z.pool_reserve_bytes()) as i64
+    };
+    let pool_before = taken();
     let mut uncharged = 0i64;
     let mut i = 0;
     while i < victims.len() {
@@ -351,7 +375,7 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
         i = j;
     }
     sh.note_peak();
-    uncharged - (sh.zswap.pool_total_size() as i64 - pool_before)
+    uncharged - (taken() - pool_before)
 }
 
 /// Evict one run of contiguous chunks of one region. Returns bytes

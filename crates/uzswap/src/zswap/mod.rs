@@ -365,6 +365,12 @@ impl Zswap {
         self.pool.total_size()
     }
 
+    /// Bytes of [`Self::pool_total_size`] the pool holds but has not handed
+    /// out yet (a huge arena's untouched pages): stores fill them first.
+    pub fn pool_reserve_bytes(&self) -> u64 {
+        self.pool.reserve_bytes()
+    }
+
     /// Change the pool limit (e.g. when the budget changes).
     pub fn set_max_pool_bytes(&self, bytes: u64) {
         self.limit.set_max(bytes);
