@@ -1,6 +1,7 @@
 //! Partial chunks (`Config::partial_faults`): a read fault off a stored
-//! chunk's first page installs only that page; a second fault, a write or a
-//! hint completes the chunk; eviction claims (or stores) the one page.
+//! chunk's first page installs only that page, and further random reads add
+//! theirs; a read at many places or in order, a write or a hint completes
+//! the chunk; eviction claims (or stores) the mapped pages.
 
 use uzswap::region::{Advice, Config, Region, Uzswap};
 use uzswap::{Pattern, PAGE_SIZE};
@@ -52,7 +53,7 @@ fn cfg() -> Config {
 }
 
 #[test]
-fn a_random_read_installs_one_page_and_a_second_fault_the_chunk() {
+fn random_reads_install_pages_until_the_chunk_is_read_at_many_places() {
     let Some((uz, r)) = stored_region(cfg()) else {
         return;
     };
@@ -70,22 +71,45 @@ fn a_random_read_installs_one_page_and_a_second_fault_the_chunk() {
         "the page is mapped: no second fault"
     );
 
-    // Another page of the chunk: the rest comes in, write-protected.
-    check(&r, 9);
+    // More random reads in the chunk add their pages, one fault each.
+    for (k, i) in [9, 13, 11].into_iter().enumerate() {
+        check(&r, i);
+        let st = uz.stats();
+        assert_eq!((st.faults_partial, st.partial_filled), (k as u64 + 2, 0));
+        assert_eq!(st.resident_bytes, (k as u64 + 2) * PAGE_SIZE as u64);
+        assert_eq!(st.zswap.clean_pages, k as u64 + 2);
+    }
+    for i in [5, 9, 11, 13] {
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().pgmajfault, 4, "mapped pages fault no more");
+
+    // Read at a fifth place, the rest comes in, write-protected.
+    check(&r, 2);
     let st = uz.stats();
-    assert_eq!((st.faults_partial, st.partial_filled), (1, 1), "{st:?}");
+    assert_eq!((st.faults_partial, st.partial_filled), (4, 1), "{st:?}");
     assert_eq!(st.resident_bytes, chunk as u64);
     assert_eq!(st.zswap.clean_pages, PER as u64, "the whole chunk is clean");
     for i in 0..PER {
         check(&r, i);
     }
-    assert_eq!(uz.stats().pgmajfault, 2);
+    assert_eq!(uz.stats().pgmajfault, 5);
 
     // A fault on a chunk's first page (a scan entering it) takes it whole.
     check(&r, PER);
     let st = uz.stats();
-    assert_eq!(st.faults_partial, 1, "{st:?}");
+    assert_eq!(st.faults_partial, 4, "{st:?}");
     assert_eq!(st.resident_bytes, 2 * chunk as u64);
+
+    // So does a read of the page after a mapped one (a scan inside it).
+    check(&r, 2 * PER + 7);
+    check(&r, 2 * PER + 8);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (5, 2), "{st:?}");
+    assert_eq!(st.resident_bytes, 3 * chunk as u64);
+    for i in 0..3 * PER {
+        check(&r, i);
+    }
     assert_eq!(st.fault_errors, 0);
 }
 
@@ -108,6 +132,16 @@ fn writes_to_a_partial_chunk_complete_it_writable() {
     let st = uz.stats();
     assert_eq!((st.faults_partial, st.partial_filled), (2, 2), "{st:?}");
     assert_eq!(st.zswap.clean_pages, 0);
+    // A write to one of several mapped pages: all their copies go.
+    check(&r, 3 * PER + 2);
+    check(&r, 3 * PER + 9);
+    assert_eq!(uz.stats().zswap.clean_pages, 2);
+    page(&r, 3 * PER + 9)[3] ^= 0x33;
+    let st = uz.stats();
+    assert_eq!(st.partial_filled, 3, "{st:?}");
+    assert_eq!(st.zswap.clean_pages, 0);
+    assert_eq!(st.resident_bytes, 3 * uz.chunk_bytes() as u64);
+    page(&r, 3 * PER + 9)[3] ^= 0x33;
     // Writes go on without faults (RESIDENT), and survive a round trip.
     let majors = uz.stats().pgmajfault;
     for i in PER..3 * PER {
@@ -177,7 +211,26 @@ fn evicting_a_partial_chunk_claims_or_stores_its_page() {
     // Partial: 7, 7 again, PER + 11, 13; completed: chunk 0 on page 0.
     assert_eq!((st.faults_partial, st.partial_filled), (4, 1), "{st:?}");
     assert_eq!(st.resident_bytes, chunk as u64);
-    assert_eq!(st.fault_errors, 0);
+
+    // Several pages mapped, one copy dropped: that page alone is stored.
+    let c = 3 * PER;
+    for i in [c + 2, c + 6, c + 10] {
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().resident_bytes, chunk as u64 + 3 * PAGE_SIZE as u64);
+    // PARTIAL allows a mapped page's copy to be gone.
+    let key = uzswap::zswap::SwapEntry::new(r.id(), (c + 6) as u64);
+    assert!(uz.zswap().invalidate(key));
+    let out_before = uz.stats().zswap.zswpout;
+    r.advise(c * PAGE_SIZE..(c + PER) * PAGE_SIZE, Advice::PageOut)
+        .unwrap();
+    let st = uz.stats();
+    assert_eq!(st.resident_bytes, chunk as u64, "{st:?}");
+    assert_eq!(st.zswap.zswpout, out_before + 1, "only the dropped page");
+    for i in c..c + PER {
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().fault_errors, 0);
 }
 
 #[test]

@@ -18,9 +18,10 @@ pub const EVICTING: u32 = 3;
 pub const STORED: u32 = 4;
 /// Owned by a fault resolver or a hint: being installed or re-armed.
 pub const BUSY: u32 = 5;
-/// One page mapped write-protected (index in the word, see [`PART`]) with
-/// its copy kept clean in the pool, the other pages stored: a random read
-/// fault costs one page's decompression, not the chunk's.
+/// Some of its pages mapped write-protected (the groups in the word's
+/// mask, see [`PART`]) with their copies kept clean in the pool, the other
+/// pages stored: a random read fault costs one group's decompression (one
+/// page in chunks of up to 16 pages), not the chunk's.
 pub const PARTIAL: u32 = 6;
 pub const STATE_MASK: u32 = 0x7;
 
@@ -35,26 +36,57 @@ pub const WAITER: u32 = 1 << 5;
 /// Its last store was refused (poor compression, pool limit): skip it for
 /// one CLOCK pass so the evictor does not spin on it.
 pub const REJECTED: u32 = 1 << 6;
-/// Only one page of the chunk is mapped, the one at [`part_page`]: set in
-/// PARTIAL and kept through the owned states entered from it (BUSY while a
-/// fault completes the chunk, EVICTING), so whoever reads the word knows
-/// what is mapped and charged.
+/// Only some pages of the chunk are mapped, the groups in [`part_mask`]:
+/// set in PARTIAL and kept through the owned states entered from it (BUSY
+/// while a fault adds a group or completes the chunk, EVICTING), so
+/// whoever reads the word knows what is mapped and charged.
 pub const PART: u32 = 1 << 7;
-const PAGE_SHIFT: u32 = 8;
-/// The page index of a PART word (chunks have at most 512 pages).
-pub const PAGE_BITS: u32 = 0x3ff << PAGE_SHIFT;
+const MASK_SHIFT: u32 = 8;
+/// Groups a chunk is split into for partial faults: a chunk of n pages has
+/// groups of `max(1, n / GROUPS)` pages.
+pub const GROUPS: usize = 16;
+/// The mask of mapped groups of a PART word.
+pub const MASK_BITS: u32 = 0xffff << MASK_SHIFT;
 
-/// The flag and index bits of a chunk with only page `p` mapped.
+/// Pages per group in a chunk of `pages` pages.
 #[inline]
-pub fn part_bits(p: usize) -> u32 {
-    debug_assert!(p < 512);
-    PART | ((p as u32) << PAGE_SHIFT)
+pub fn group_pages(pages: usize) -> usize {
+    (pages / GROUPS).max(1)
 }
 
-/// The one mapped page of a PART word.
+/// The mask bit of the group holding page `p` of a chunk of `pages` pages.
 #[inline]
-pub fn part_page(w: u32) -> Option<usize> {
-    (w & PART != 0).then_some(((w & PAGE_BITS) >> PAGE_SHIFT) as usize)
+pub fn group_bit(p: usize, pages: usize) -> u16 {
+    debug_assert!(p < pages);
+    1 << (p / group_pages(pages))
+}
+
+/// The flag and mask bits of a chunk with the groups of `mask` mapped.
+#[inline]
+pub fn part_bits(mask: u16) -> u32 {
+    debug_assert!(mask != 0);
+    PART | ((mask as u32) << MASK_SHIFT)
+}
+
+/// The mapped groups of a PART word.
+#[inline]
+pub fn part_mask(w: u32) -> Option<u16> {
+    (w & PART != 0).then_some(((w & MASK_BITS) >> MASK_SHIFT) as u16)
+}
+
+/// The page ranges of a chunk of `pages` pages covered by the groups of
+/// `mask`, maximal runs in address order.
+pub fn mask_ranges(mask: u16, pages: usize) -> Vec<std::ops::Range<usize>> {
+    let g = group_pages(pages);
+    let groups = pages / g;
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for k in (0..groups).filter(|&k| mask & (1 << k) != 0) {
+        match out.last_mut() {
+            Some(r) if r.end == k * g => r.end += g,
+            _ => out.push(k * g..(k + 1) * g),
+        }
+    }
+    out
 }
 
 /// Resident bytes charged for a chunk with word `w`: a mapped chunk
@@ -62,9 +94,12 @@ pub fn part_page(w: u32) -> Option<usize> {
 /// mapped pages, any other nothing.
 #[inline]
 pub fn charge(w: u32, chunk: usize) -> u64 {
-    match state(w) {
-        RESIDENT | CLEAN | PARTIAL | EVICTING if w & PART != 0 => crate::PAGE_SIZE as u64,
-        RESIDENT | CLEAN | PARTIAL | EVICTING => chunk as u64,
+    match (state(w), part_mask(w)) {
+        (RESIDENT | CLEAN | PARTIAL | EVICTING, Some(m)) => {
+            let g = group_pages(chunk / crate::PAGE_SIZE);
+            (m.count_ones() as usize * g * crate::PAGE_SIZE) as u64
+        }
+        (RESIDENT | CLEAN | PARTIAL | EVICTING, None) => chunk as u64,
         _ => 0,
     }
 }

@@ -35,8 +35,8 @@ struct Victim {
     ci: usize,
     /// The state it was taken from: RESIDENT, CLEAN or PARTIAL.
     from: u32,
-    /// PARTIAL: its one mapped page.
-    page: usize,
+    /// PARTIAL: its mapped groups.
+    mask: u16,
 }
 
 impl Victim {
@@ -46,7 +46,7 @@ impl Victim {
             r: r.clone(),
             ci,
             from: chunk::state(w),
-            page: chunk::part_page(w).unwrap_or(0),
+            mask: chunk::part_mask(w).unwrap_or(0),
         }
     }
 }
@@ -500,59 +500,79 @@ fn stored_now(sh: &Shared, r: &RegionInner, ci: usize) {
     sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
     // A parked writer retries, takes a missing fault and is served from
     // the copy just stored.
-    let clear = REF | ACTIVE | REJECTED | PART | PAGE_BITS;
+    let clear = REF | ACTIVE | REJECTED | PART | MASK_BITS;
     if chunk::release(&r.state[ci], STORED, clear, 0) {
         sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
     }
 }
 
-/// Evict partial chunk `v`: its one mapped page is write-protected since it
-/// was installed, so its clean copy is claimed (or, if the cache dropped
-/// it, the page is stored afresh) and the page zapped. Returns bytes
-/// uncharged from resident.
+/// Evict partial chunk `v`: its mapped pages are write-protected since they
+/// were installed, so their clean copies are claimed (or, where the cache
+/// dropped one, the page is stored afresh) and the pages zapped. Returns
+/// bytes uncharged from resident.
 fn evict_partial(sh: &Shared, v: &Victim) -> i64 {
     let r = &v.r;
     let live = r.live.read();
     if !*live {
         return 0;
     }
-    let key = sh.entry(r, v.ci).offset(v.page as u64);
-    let addr = r.chunk_addr(v.ci, sh.chunk) + v.page * PAGE_SIZE;
-    if sh.zswap.claim_clean(key, 0) {
-        sh.ctr.evicted_clean.fetch_add(1, Relaxed);
-    } else {
-        // SAFETY: the page is mapped (PARTIAL before we took it) and
-        // write-protected, and stays so while we hold `live`.
-        let data = unsafe { std::slice::from_raw_parts(addr as *const u8, PAGE_SIZE) };
-        room_for_store(sh);
-        if sh.zswap.store(key, data).is_err() {
-            sh.ctr.evict_aborts.fetch_add(1, Relaxed);
-            // Still a valid PARTIAL chunk: mapped, protected, copy gone.
-            if chunk::release(&r.state[v.ci], PARTIAL, REF, REJECTED) {
-                sh.wake(r.chunk_addr(v.ci, sh.chunk), sh.chunk);
+    let base = r.chunk_addr(v.ci, sh.chunk);
+    let first = sh.entry(r, v.ci);
+    let mut taken = Vec::new();
+    let mut stored = false;
+    for i in chunk::mask_ranges(v.mask, 1 << sh.order).into_iter().flatten() {
+        let key = first.offset(i as u64);
+        if !sh.zswap.claim_clean(key, 0) {
+            // SAFETY: the page is mapped (PARTIAL before we took it) and
+            // write-protected, and stays so while we hold `live`.
+            let data = unsafe {
+                std::slice::from_raw_parts((base + i * PAGE_SIZE) as *const u8, PAGE_SIZE)
+            };
+            room_for_store(sh);
+            if sh.zswap.store(key, data).is_err() {
+                sh.ctr.evict_aborts.fetch_add(1, Relaxed);
+                // Still a valid PARTIAL chunk: mapped and protected; the
+                // copies taken so far are no longer clean copies, so they
+                // are dropped (PARTIAL allows a mapped page's copy to be
+                // gone).
+                for k in taken {
+                    sh.zswap.invalidate(k);
+                }
+                if chunk::release(&r.state[v.ci], PARTIAL, REF, REJECTED) {
+                    sh.wake(base, sh.chunk);
+                }
+                return 0;
             }
-            return 0;
+            stored = true;
         }
+        taken.push(key);
     }
-    sh.resident.fetch_sub(PAGE_SIZE as u64, Relaxed);
-    // SAFETY: the page is ours (EVICTING), its content is in the cache, and
-    // a writer would be parked on its write-protection.
-    let rc = unsafe { libc::madvise(addr as *mut _, PAGE_SIZE, libc::MADV_DONTNEED) };
+    if !stored {
+        sh.ctr.evicted_clean.fetch_add(1, Relaxed);
+    }
+    let bytes = (taken.len() * PAGE_SIZE) as u64;
+    sh.resident.fetch_sub(bytes, Relaxed);
+    // One call for the chunk: its other pages are not mapped.
+    // SAFETY: the chunk is ours (EVICTING), the mapped pages' content is in
+    // the cache, and a writer would be parked on their write-protection.
+    let rc = unsafe { libc::madvise(base as *mut _, sh.chunk, libc::MADV_DONTNEED) };
     if rc != 0 {
         eprintln!(
             "uzswap: evictor: MADV_DONTNEED: {}",
             std::io::Error::last_os_error()
         );
-        // Still mapped and protected, so PARTIAL again; its copy, claimed
-        // or stored just now, is no longer a clean copy, so it is dropped
-        // (PARTIAL allows the mapped page's copy to be gone).
-        sh.resident.fetch_add(PAGE_SIZE as u64, Relaxed);
-        sh.zswap.invalidate(key);
+        // Still mapped and protected, so PARTIAL again; the copies claimed
+        // or stored just now are no longer clean copies, so they are
+        // dropped.
+        sh.resident.fetch_add(bytes, Relaxed);
+        for k in taken {
+            sh.zswap.invalidate(k);
+        }
         if chunk::release(&r.state[v.ci], PARTIAL, 0, REJECTED) {
-            sh.wake(r.chunk_addr(v.ci, sh.chunk), sh.chunk);
+            sh.wake(base, sh.chunk);
         }
         return 0;
     }
     stored_now(sh, r, v.ci);
-    PAGE_SIZE as i64
+    bytes as i64
 }

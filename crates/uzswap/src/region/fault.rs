@@ -151,9 +151,10 @@ pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Opt
 fn mapped_here(r: &RegionInner, ci: usize, chunk: usize, w: u32, page: usize) -> bool {
     match chunk::state(w) {
         CLEAN | RESIDENT => true,
-        PARTIAL => {
-            chunk::part_page(w).is_some_and(|p| page == r.chunk_addr(ci, chunk) + p * PAGE_SIZE)
-        }
+        PARTIAL => chunk::part_mask(w).is_some_and(|m| {
+            let p = (page - r.chunk_addr(ci, chunk)) / PAGE_SIZE;
+            m & chunk::group_bit(p, chunk / PAGE_SIZE) != 0
+        }),
         _ => false,
     }
 }
@@ -204,8 +205,8 @@ fn resolve_in(
                 };
                 let res = if st == UNTOUCHED {
                     install_zero_around(sh, r, ci)
-                } else if let Some(p) = sub_chunk(sh, r, ci, addr, write) {
-                    install_page(sh, r, ci, p, scratch)
+                } else if let Some(p) = sub_chunk(sh, r, ci, addr, write, 0) {
+                    install_group(sh, r, ci, p, 0, scratch)
                 } else {
                     install(sh, r, ci, write, false, scratch)
                 };
@@ -221,28 +222,41 @@ fn resolve_in(
                 return;
             }
             (PARTIAL, _) => {
-                let p = chunk::part_page(w).expect("PARTIAL without its page");
-                if !wp && page == r.chunk_addr(ci, sh.chunk) + p * PAGE_SIZE {
+                let bit = chunk::group_bit((page - r.chunk_addr(ci, sh.chunk)) / PAGE_SIZE, 1 << sh.order);
+                let mask = chunk::part_mask(w).expect("PARTIAL without its mask");
+                if !wp && mask & bit != 0 {
                     // The page is there: resolved before we read the event.
                     sh.ctr.faults_stale.fetch_add(1, Relaxed);
                     sh.wake(page, PAGE_SIZE);
                     return;
                 }
-                // A second fault in the chunk (it is used beyond one page),
-                // or a write: the whole chunk comes in.
                 let (_live, prev) = match own(sh, r, ci, PARTIAL, true) {
                     Own::Gone => return,
                     Own::Lost => continue,
                     Own::Owned(live, prev) => (live, prev),
                 };
                 // The backstop may have waited: the chunk may have been
-                // evicted and made PARTIAL again on another page since `w`.
-                // The page mapped is the one in the word we replaced.
-                let p = chunk::part_page(prev).expect("PARTIAL without its page");
+                // evicted and made PARTIAL again with other groups since
+                // `w`. What is mapped is what the word we replaced says.
+                let mask = chunk::part_mask(prev).expect("PARTIAL without its mask");
+                if !wp && mask & bit != 0 {
+                    if chunk::release(&r.state[ci], PARTIAL, 0, 0) {
+                        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+                    }
+                    sh.ctr.faults_stale.fetch_add(1, Relaxed);
+                    return;
+                }
                 if wp {
                     sh.ctr.faults_wp.fetch_add(1, Relaxed);
                 }
-                if fill(sh, r, ci, p, wp || write, scratch) {
+                // Another read in the chunk adds its group while the chunk
+                // looks randomly read; a write, or a chunk read in order or
+                // at many places, comes in whole.
+                let done = match sub_chunk(sh, r, ci, addr, wp || write, mask) {
+                    Some(p) => install_group(sh, r, ci, p, mask, scratch),
+                    None => fill(sh, r, ci, mask, wp || write, scratch),
+                };
+                if done {
                     sh.lat_pool.record(t0.elapsed().as_nanos() as u64);
                 }
                 return;
@@ -371,72 +385,108 @@ fn install(
     true
 }
 
-/// Whether a fault at `addr` on stored chunk `ci` installs only its page
-/// (the chunk becoming PARTIAL), and which page. Only reads, with clean
-/// copies on: the page goes in write-protected with its copy kept, so that
-/// eviction is a zap and a write completes the chunk. A fault on the first
-/// page installs the whole chunk: that is where a forward scan enters it,
-/// and a scan would otherwise pay two faults per chunk. So does a fault on
-/// a page written back: a device read costs about the same for the chunk's
-/// slots as for one, and a second fault in the chunk would read again.
-fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, write: bool) -> Option<usize> {
+/// A PARTIAL chunk takes read faults one group at a time until it has this
+/// many groups mapped; the next read fault completes it. Random reads
+/// (a hash table, a sparse index) touch a few pages of a chunk each time it
+/// is in: installing just those costs a page's decompression and charge
+/// per fault, where completing costs the chunk's, and the evictor then
+/// reclaims the chunk by zapping pages whose copies it already has. A
+/// chunk read at this many places is taken to be in use as a whole.
+const PARTIAL_MAX_GROUPS: u32 = 4;
+
+/// Whether a read fault at `addr` on chunk `ci`, stored or PARTIAL with the
+/// groups of `mask` mapped, installs only its group (the chunk becoming or
+/// staying PARTIAL), and which page. Only reads, with clean copies on: the
+/// group goes in write-protected with its copies kept, so that eviction is
+/// a zap and a write completes the chunk. A fault on the first page installs
+/// the whole chunk, and so does one on the group right after a mapped one:
+/// that is how a forward scan enters and walks a chunk, and it would
+/// otherwise pay a fault per group. So does a fault on a page written back:
+/// a device read costs about the same for the chunk's slots as for one,
+/// and a later fault in the chunk would read again.
+fn sub_chunk(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    addr: usize,
+    write: bool,
+    mask: u16,
+) -> Option<usize> {
     if write || !sh.cfg.keep_copy || !sh.cfg.partial_faults || sh.order == 0 {
         return None;
     }
     let p = (addr - r.chunk_addr(ci, sh.chunk)) / PAGE_SIZE;
+    let bit = chunk::group_bit(p, 1 << sh.order);
+    if p == 0 || mask & (bit >> 1) != 0 || mask.count_ones() >= PARTIAL_MAX_GROUPS {
+        return None;
+    }
     let key = sh.entry(r, ci).offset(p as u64);
-    (p != 0 && !sh.zswap.is_written_back(key)).then_some(p)
+    (!sh.zswap.is_written_back(key)).then_some(p)
 }
 
-/// Install page `p` of stored chunk `ci` (BUSY, ours) write-protected,
-/// keeping its copy clean: the chunk becomes PARTIAL. Returns whether it
-/// was installed; if not, the chunk is back to STORED.
-fn install_page(sh: &Shared, r: &RegionInner, ci: usize, p: usize, scratch: &mut [u8]) -> bool {
+/// Install the group of page `p` of chunk `ci` (BUSY, ours; stored, or
+/// PARTIAL with the groups of `mask` mapped) write-protected, keeping its
+/// copies clean: the chunk is PARTIAL with that group added. Returns
+/// whether it was installed; if not, the chunk is back as it was.
+fn install_group(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    p: usize,
+    mask: u16,
+    scratch: &mut [u8],
+) -> bool {
+    let pages = 1usize << sh.order;
+    let g = chunk::group_pages(pages);
+    let p0 = p / g * g;
+    let back = if mask == 0 { STORED } else { PARTIAL };
     let base = r.chunk_addr(ci, sh.chunk);
-    let key = sh.entry(r, ci).offset(p as u64);
-    let buf = &mut scratch[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
-    if let Err(e) = sh.zswap.load(key, buf, LoadMode::KeepClean) {
-        chunk::release(&r.state[ci], STORED, 0, 0);
+    let key = sh.entry(r, ci).offset(p0 as u64);
+    let buf = &mut scratch[p0 * PAGE_SIZE..(p0 + g) * PAGE_SIZE];
+    if let Err(e) = sh.zswap.load_pages(key, g, buf, LoadMode::KeepClean) {
+        chunk::release(&r.state[ci], back, 0, 0);
         fail(
             sh,
-            &format!("loading region {} chunk {ci} page {p}: {e}", r.id),
+            &format!("loading region {} chunk {ci} page {p0}: {e}", r.id),
         );
         return false;
     }
-    let flags = workingset_refault(sh, r, ci);
+    // The chunk's refault was counted when its first group came in.
+    let (flags, clear) = if mask == 0 {
+        (workingset_refault(sh, r, ci), REJECTED | ACTIVE | MASK_BITS)
+    } else {
+        (0, REJECTED | MASK_BITS)
+    };
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.faults_partial.fetch_add(1, Relaxed);
-    sh.resident.fetch_add(PAGE_SIZE as u64, Relaxed);
-    if let Err((e, _)) = copy_chunk(sh, base + p * PAGE_SIZE, buf, true) {
-        sh.resident.fetch_sub(PAGE_SIZE as u64, Relaxed);
-        unmap_and_restore(sh, r, ci, p..p + 1, scratch, LoadMode::KeepClean);
-        chunk::release(&r.state[ci], STORED, 0, 0);
+    let bytes = (g * PAGE_SIZE) as u64;
+    sh.resident.fetch_add(bytes, Relaxed);
+    if let Err((e, _)) = copy_chunk(sh, base + p0 * PAGE_SIZE, buf, true) {
+        sh.resident.fetch_sub(bytes, Relaxed);
+        unmap_and_restore(sh, r, ci, p0..p0 + g, scratch, LoadMode::KeepClean);
+        chunk::release(&r.state[ci], back, 0, 0);
         fail(sh, &e);
         return false;
     }
-    chunk::release(
-        &r.state[ci],
-        PARTIAL,
-        REJECTED | ACTIVE | PAGE_BITS,
-        REF | flags | chunk::part_bits(p),
-    );
+    let bits = chunk::part_bits(mask | chunk::group_bit(p, pages));
+    chunk::release(&r.state[ci], PARTIAL, clear, REF | flags | bits);
     // Faults on other pages of the chunk may have parked on it.
     settled(sh, base);
     true
 }
 
-/// Complete PARTIAL chunk `ci` (BUSY, ours; page `p` mapped): install the
-/// other pages write-protected, with clean copies (CLEAN), or for a write
-/// taken exclusively, with page `p`'s copy dropped and the chunk's
-/// protection lifted once every page is in (RESIDENT): no page is writable
-/// before the chunk is whole, so a failed copy can be unmapped without
-/// losing a write. Returns whether it was completed; if not, the chunk is
-/// back to PARTIAL.
+/// Complete PARTIAL chunk `ci` (BUSY, ours; the groups of `mask` mapped):
+/// install the other pages write-protected, with clean copies (CLEAN), or
+/// for a write taken exclusively, with the mapped pages' copies dropped and
+/// the chunk's protection lifted once every page is in (RESIDENT): no page
+/// is writable before the chunk is whole, so a failed copy can be unmapped
+/// without losing a write. Returns whether it was completed; if not, the
+/// chunk is back to PARTIAL.
 fn fill(
     sh: &Shared,
     r: &RegionInner,
     ci: usize,
-    p: usize,
+    mask: u16,
     write: bool,
     scratch: &mut [u8],
 ) -> bool {
@@ -448,14 +498,28 @@ fn fill(
     } else {
         LoadMode::KeepClean
     };
-    let parts = [0..p, p + 1..n];
-    let pkey = first.offset(p as u64);
-    // The whole folio in one load while page p's copy is there: its
-    // written-back pages then come in one device read, not two.
-    // Any failure of page p's copy (dropped, or unreadable) leaves the
-    // others to load on their own: p itself is mapped.
+    let mapped = chunk::mask_ranges(mask, n);
+    let mut parts = Vec::with_capacity(mapped.len() + 1);
+    let mut at = 0;
+    for m in &mapped {
+        parts.push(at..m.start);
+        at = m.end;
+    }
+    parts.push(at..n);
+    parts.retain(|p| !p.is_empty());
+    let is_mapped = |k: SwapEntry| {
+        let i = (k.0 - first.0) as usize;
+        mapped.iter().any(|m| m.contains(&i))
+    };
+    // The whole folio in one load while the mapped pages' copies are
+    // there: its written-back pages then come in one device read, not
+    // one per part. Any failure of a mapped page's copy (dropped, or
+    // unreadable) leaves the parts to load on their own: those pages are
+    // mapped.
     let res = match sh.zswap.load_folio(first, sh.order, scratch, mode) {
-        Err(e) if e.entry() == Some(pkey) => load_around(sh, first, &parts, scratch, mode),
+        Err(e) if e.entry().is_some_and(is_mapped) => {
+            load_around(sh, first, &parts, scratch, mode)
+        }
         r => r,
     };
     if let Err(e) = res {
@@ -465,7 +529,7 @@ fn fill(
     }
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.partial_filled.fetch_add(1, Relaxed);
-    let more = (sh.chunk - PAGE_SIZE) as u64;
+    let more = (parts.iter().map(|p| p.len()).sum::<usize>() * PAGE_SIZE) as u64;
     sh.resident.fetch_add(more, Relaxed);
     for part in &parts {
         let src = &scratch[part.start * PAGE_SIZE..part.end * PAGE_SIZE];
@@ -479,9 +543,11 @@ fn fill(
             return false;
         }
     }
-    let clear = PART | PAGE_BITS | REJECTED;
+    let clear = PART | MASK_BITS | REJECTED;
     if write {
-        sh.zswap.invalidate(first.offset(p as u64));
+        for i in mapped.into_iter().flatten() {
+            sh.zswap.invalidate(first.offset(i as u64));
+        }
         if let Err(e) = sh
             .uffd
             .remove_write_protection(base as *mut _, sh.chunk, false)
@@ -505,24 +571,21 @@ fn settled(sh: &Shared, base: usize) {
     evict::maybe_kick(sh);
 }
 
-/// Load the pages of `parts` (the pages of a chunk around its mapped one)
+/// Load the pages of `parts` (the pages of a chunk around its mapped ones)
 /// into `scratch`: all or none.
 fn load_around(
     sh: &Shared,
     first: SwapEntry,
-    parts: &[Range<usize>; 2],
+    parts: &[Range<usize>],
     scratch: &mut [u8],
     mode: LoadMode,
 ) -> Result<(), LoadError> {
     for (k, part) in parts.iter().enumerate() {
-        if part.is_empty() {
-            continue;
-        }
         let out = &mut scratch[part.start * PAGE_SIZE..part.end * PAGE_SIZE];
         let at = first.offset(part.start as u64);
         if let Err(e) = sh.zswap.load_pages(at, part.len(), out, mode) {
-            if k == 1 {
-                restore_pages(sh, first, parts[0].clone(), scratch, mode);
+            for done in &parts[..k] {
+                restore_pages(sh, first, done.clone(), scratch, mode);
             }
             return Err(e);
         }
@@ -693,8 +756,8 @@ pub(super) fn will_need(
         if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_ok() {
             install(sh, r, ci, false, true, &mut scratch);
         } else if let Ok(w) = chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0) {
-            let p = chunk::part_page(w).expect("PARTIAL without its page");
-            fill(sh, r, ci, p, false, &mut scratch);
+            let m = chunk::part_mask(w).expect("PARTIAL without its mask");
+            fill(sh, r, ci, m, false, &mut scratch);
         }
         drop(live);
     }
