@@ -134,6 +134,11 @@ pub struct Args {
     /// (default: the library's).
     #[arg(long)]
     pub pool_share: Option<u32>,
+
+    /// uzswap: keep the pool's share where `--pool-share` puts it, instead
+    /// of raising it while the cold pages would all fit in the pool
+    #[arg(long)]
+    pub fixed_pool_share: bool,
     /// uzswap: no swap device; every compressed page stays in the pool.
     #[arg(long)]
     pub no_writeback: bool,
@@ -340,6 +345,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
                 .swap_size
                 .unwrap_or_else(|| args.size.max(budget.saturating_mul(2)));
         }
+        cfg.adapt_pool_share = !args.fixed_pool_share;
         if let Some(p) = args.pool_share {
             cfg.pool_share_percent = p;
         }

@@ -217,7 +217,10 @@ fn evicting_a_partial_chunk_claims_or_stores_its_page() {
     for i in [c + 2, c + 6, c + 10] {
         check(&r, i);
     }
-    assert_eq!(uz.stats().resident_bytes, chunk as u64 + 3 * PAGE_SIZE as u64);
+    assert_eq!(
+        uz.stats().resident_bytes,
+        chunk as u64 + 3 * PAGE_SIZE as u64
+    );
     // PARTIAL allows a mapped page's copy to be gone.
     let key = uzswap::zswap::SwapEntry::new(r.id(), (c + 6) as u64);
     assert!(uz.zswap().invalidate(key));

@@ -213,6 +213,9 @@ pub(super) fn evictor_loop(sh: &Shared) {
                 let mut clock = sh.evict_lock.lock();
                 evict_batch(sh, &mut clock)
             };
+            if let Some(base) = sh.base_share {
+                super::share::adapt(sh, base);
+            }
             match freed {
                 None => break,
                 Some(f) if f < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
@@ -520,7 +523,10 @@ fn evict_partial(sh: &Shared, v: &Victim) -> i64 {
     let first = sh.entry(r, v.ci);
     let mut taken = Vec::new();
     let mut stored = false;
-    for i in chunk::mask_ranges(v.mask, 1 << sh.order).into_iter().flatten() {
+    for i in chunk::mask_ranges(v.mask, 1 << sh.order)
+        .into_iter()
+        .flatten()
+    {
         let key = first.offset(i as u64);
         if !sh.zswap.claim_clean(key, 0) {
             // SAFETY: the page is mapped (PARTIAL before we took it) and

@@ -222,7 +222,10 @@ fn resolve_in(
                 return;
             }
             (PARTIAL, _) => {
-                let bit = chunk::group_bit((page - r.chunk_addr(ci, sh.chunk)) / PAGE_SIZE, 1 << sh.order);
+                let bit = chunk::group_bit(
+                    (page - r.chunk_addr(ci, sh.chunk)) / PAGE_SIZE,
+                    1 << sh.order,
+                );
                 let mask = chunk::part_mask(w).expect("PARTIAL without its mask");
                 if !wp && mask & bit != 0 {
                     // The page is there: resolved before we read the event.
@@ -517,9 +520,7 @@ fn fill(
     // unreadable) leaves the parts to load on their own: those pages are
     // mapped.
     let res = match sh.zswap.load_folio(first, sh.order, scratch, mode) {
-        Err(e) if e.entry().is_some_and(is_mapped) => {
-            load_around(sh, first, &parts, scratch, mode)
-        }
+        Err(e) if e.entry().is_some_and(is_mapped) => load_around(sh, first, &parts, scratch, mode),
         r => r,
     };
     if let Err(e) = res {

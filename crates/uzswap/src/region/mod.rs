@@ -100,6 +100,7 @@ mod evict;
 mod fault;
 mod latency;
 mod pagemap;
+mod share;
 mod sigbus;
 mod uffd_sys;
 
@@ -180,6 +181,10 @@ pub struct Config {
     /// back: the pool is limited to it (stores make room by writing back),
     /// so the rest of the budget holds resident chunks.
     pub pool_share_percent: u32,
+    /// Raise the pool's share above `pool_share_percent` while the pages
+    /// not resident would then all fit in the pool compressed, with a third
+    /// of the budget left resident (see `region/share.rs`).
+    pub adapt_pool_share: bool,
     /// Register a region with userfaultfd only once the instance's regions
     /// together are larger than the budget (or a `PageOut` hint needs it).
     /// Until then nothing can ever have to be evicted, so the memory stays
@@ -250,6 +255,7 @@ impl Default for Config {
             // pattern at both 2x and 1.4x the budget: a bigger resident set
             // saves more faults than a bigger pool saves device reads.
             pool_share_percent: 20,
+            adapt_pool_share: true,
             defer_register: true,
         }
     }
@@ -425,6 +431,9 @@ struct Shared {
     lat_zero: Histogram,
     /// Zeros, the source of zero-fill installs (one fault-around window).
     zeros: Vec<u8>,
+    /// The configured pool share in bytes, when the evictor adapts it to
+    /// the data's density (`share.rs`).
+    base_share: Option<u64>,
 }
 
 impl Shared {
@@ -561,6 +570,11 @@ impl Uzswap {
                 std::io::Error::last_os_error()
             )));
         }
+        // The configured share, where there is one to adapt: a budget and
+        // a swap device (as `open_zswap` limits the pool).
+        let base_share = (cfg.adapt_pool_share && zswap.swap_device().is_some())
+            .then(|| zswap.max_pool_bytes())
+            .filter(|&b| b < u64::MAX);
         let sh = Arc::new(Shared {
             chunk,
             order: cfg.folio_order,
@@ -590,6 +604,7 @@ impl Uzswap {
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
+            base_share,
             cfg,
         });
         let owner = Arc::new(Owner {

@@ -166,7 +166,7 @@ impl Zswap {
                     // Under the pool's share only: above it the shrinker
                     // would write back as much again (churn), and a pool
                     // grown to its limit takes memory from resident pages.
-                    let room = self.cfg.pool_share_bytes.min(self.limit.max());
+                    let room = self.pool_share_bytes().min(self.limit.max());
                     let pool = self.pool.total_size();
                     let promote = want > 0 && pool.saturating_add(want) <= room;
                     // Pinned copies cannot be written back: above the share

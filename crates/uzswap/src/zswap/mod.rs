@@ -100,7 +100,7 @@ use crate::zpool::ZsPool;
 use crate::{MAX_ORDER, PAGE_SIZE};
 use limits::PoolLimit;
 use stats::Counters;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tree::Tree;
 
@@ -291,6 +291,25 @@ pub struct Zswap {
     clean_cursor: std::sync::atomic::AtomicUsize,
     /// Users of each device slot (with a device).
     swap_map: Option<swap_map::SwapMap>,
+    /// Where the shrinker thread starts writing back (`pool_share_bytes`,
+    /// adjustable while running).
+    share_bytes: AtomicU64,
+}
+
+/// What the cache holds, from its counters (relaxed loads, no locks): for
+/// a caller sizing the pool against how densely its pages compress.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Occupancy {
+    /// Pages with a pool object (clean copies included).
+    pub pool_pages: u64,
+    /// Bytes of those objects.
+    pub compressed_bytes: u64,
+    /// Same-filled pages (no pool object).
+    pub same_filled_pages: u64,
+    /// Pages on the swap device.
+    pub device_pages: u64,
+    /// Clean copies: pool objects of pages the caller also holds.
+    pub clean_pages: u64,
 }
 
 impl Zswap {
@@ -346,6 +365,7 @@ impl Zswap {
             shrink: Arc::default(),
             clean_cursor: Default::default(),
             swap_map,
+            share_bytes: AtomicU64::new(cfg.pool_share_bytes),
             cfg,
         })
     }
@@ -374,6 +394,38 @@ impl Zswap {
     /// Change the pool limit (e.g. when the budget changes).
     pub fn set_max_pool_bytes(&self, bytes: u64) {
         self.limit.set_max(bytes);
+    }
+
+    /// The pool limit (kernel: max_pool_percent of memory).
+    pub fn max_pool_bytes(&self) -> u64 {
+        self.limit.max()
+    }
+
+    /// Where the shrinker thread starts writing back
+    /// ([`ZswapConfig::pool_share_bytes`]).
+    pub fn pool_share_bytes(&self) -> u64 {
+        self.share_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Move the shrinker's start; a pool now above it is shrunk by the
+    /// thread.
+    pub fn set_pool_share_bytes(&self, bytes: u64) {
+        self.share_bytes.store(bytes, Ordering::Relaxed);
+        self.kick_share_shrink();
+    }
+
+    /// What the cache holds now (see [`Occupancy`]).
+    pub fn occupancy(&self) -> Occupancy {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (same, dev) = (g(&c.same_filled_pages), g(&c.device_pages));
+        Occupancy {
+            pool_pages: self.tree.len().saturating_sub(same + dev),
+            compressed_bytes: g(&c.compressed_bytes),
+            same_filled_pages: same,
+            device_pages: dev,
+            clean_pages: self.tree.clean_len(),
+        }
     }
 
     /// Entries currently stored in memory (pool and same-filled); pages

@@ -260,7 +260,7 @@ impl Zswap {
     pub(super) fn kick_share_shrink(&self) {
         let c = &self.shrink;
         if c.running.load(Relaxed)
-            && self.pool.total_size() > self.cfg.pool_share_bytes
+            && self.pool.total_size() > self.pool_share_bytes()
             && !c.share_pending.swap(true, Relaxed)
         {
             c.post(|e| e.share = true);
@@ -353,7 +353,7 @@ fn shrinker_thread(weak: Weak<Zswap>, ctl: Arc<Control>) {
         }
         if z.shrinker_on.load(Relaxed) {
             z.shrink.share_pending.store(false, Relaxed);
-            let share = z.cfg.pool_share_bytes;
+            let share = z.pool_share_bytes();
             if z.pool.total_size() > share {
                 // Clean copies go before any unique page is written back.
                 z.drop_clean(z.pool.total_size() - share);
