@@ -20,21 +20,26 @@
 //!   STORED    --missing read fault, keep_copy: load keeping a
 //!               clean copy, install write-protected (BUSY)----> CLEAN
 //!   STORED    --missing read fault off the chunk's first page,
-//!               partial_faults: load that page keeping a clean
-//!               copy, install it write-protected (BUSY)-------> PARTIAL(p)
-//!   PARTIAL   --missing read fault on another page: load the
-//!               others keeping clean copies, install them
+//!               partial_faults: load that page's group keeping
+//!               clean copies, install it write-protected
+//!               (BUSY)----------------------------------------> PARTIAL(m)
+//!   PARTIAL   --missing read fault in another group, fewer than
+//!               4 mapped, not next after a mapped one: load and
+//!               install that group the same way (BUSY)-------> PARTIAL(m')
+//!   PARTIAL   --any other missing read fault: load the rest
+//!               keeping clean copies, install them
 //!               write-protected (BUSY)-------------------------> CLEAN
-//!   PARTIAL   --write fault (missing, or on page p): load the
-//!               others exclusively, install them protected,
-//!               drop p's copy, unprotect the chunk (BUSY)-----> RESIDENT
+//!   PARTIAL   --write fault (missing, or on a mapped page): load
+//!               the rest exclusively, install it protected, drop
+//!               the mapped pages' copies, unprotect (BUSY)----> RESIDENT
 //!   CLEAN     --write-protect fault: drop the copy, unprotect (BUSY)-> RESIDENT
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
 //!   CLEAN     --evict: claim the copy, zap only (EVICTING)----> STORED
 //!   CLEAN     --evict, copy dropped by the cache: store, zap (EVICTING)-> STORED
-//!   PARTIAL   --evict: claim p's copy (or store p), zap p (EVICTING)-> STORED
+//!   PARTIAL   --evict: claim the mapped pages' copies (or store
+//!               them), zap them (EVICTING)--------------------> STORED
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
-//!   EVICTING  --partial page's store refused-----------------> PARTIAL
+//!   EVICTING  --a partial chunk's page store refused---------> PARTIAL
 //! ```
 //! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
 //! or the evictor) holds the chunk and is the only one to leave the state.
@@ -45,12 +50,14 @@
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
 //! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN
 //! implies mapped and write-protected, with its copy in the cache unless the
-//! cache dropped it for room (`zswap::LoadMode::KeepClean`); PARTIAL(p)
-//! implies page p mapped and write-protected with its copy as CLEAN's, and
-//! every other page unmapped and in the cache; STORED implies unmapped and
-//! every page of the chunk in the cache. A PARTIAL chunk is charged one
-//! page; its word carries `p` (`chunk::PART`) through BUSY and EVICTING, so
-//! teardown knows what an owned chunk holds.
+//! cache dropped it for room (`zswap::LoadMode::KeepClean`); PARTIAL(m)
+//! implies the pages of the groups in mask m mapped and write-protected
+//! with their copies as CLEAN's, and every other page unmapped and in the
+//! cache; STORED implies unmapped and every page of the chunk in the cache.
+//! A chunk is split into 16 groups (one page each in chunks up to 64 KiB,
+//! `chunk::group_pages`). A PARTIAL chunk is charged its mapped pages; its
+//! word carries m (`chunk::PART`) through BUSY and EVICTING, so teardown
+//! knows what an owned chunk holds.
 //!
 //! # Budget
 //! `resident bytes + zswap.pool_total_size() <= budget`. A chunk is charged
@@ -162,11 +169,13 @@ pub struct Config {
     /// not written. Costs a write-protect fault on the first write.
     pub keep_copy: bool,
     /// With `keep_copy`: a read fault on a stored chunk away from its first
-    /// page installs only the faulting page (write-protected, its copy
-    /// kept clean) and the chunk becomes PARTIAL; a second fault in it, a
-    /// write, or a fault on its first page (a forward scan entering it)
-    /// brings the whole chunk. A random 4 KiB read then costs one page's
-    /// decompression and eviction one page's zap, not a chunk's.
+    /// page installs only the faulting page's group (one page in chunks up
+    /// to 64 KiB; write-protected, its copies kept clean) and the chunk
+    /// becomes PARTIAL; further random reads add their groups, up to four.
+    /// A fifth, a read of the group after a mapped one or of the first page
+    /// (a forward scan), a write, or `WillNeed` brings the whole chunk. A
+    /// random 4 KiB read then costs one page's decompression and eviction
+    /// one page's zap, not a chunk's.
     pub partial_faults: bool,
     /// A fault on never-touched memory zero-fills the untouched chunks of
     /// the aligned window of this many bytes around it (while under the
@@ -312,9 +321,9 @@ pub struct UzswapStats {
     pub pgmajfault: u64,
     /// Write-protect faults that re-armed a clean chunk for writing.
     pub faults_wp: u64,
-    /// Faults that installed a single page of a stored chunk (PARTIAL).
+    /// Faults that installed one group (a page) of a chunk (PARTIAL).
     pub faults_partial: u64,
-    /// Partial chunks completed by a second fault, a write or a hint.
+    /// Partial chunks completed by a fault, a write or a hint.
     pub partial_filled: u64,
     /// Chunks installed ahead of use by `Advice::WillNeed`.
     pub prefetched: u64,
