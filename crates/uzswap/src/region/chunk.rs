@@ -75,7 +75,8 @@ pub fn part_mask(w: u32) -> Option<u16> {
 }
 
 /// The page ranges of a chunk of `pages` pages covered by the groups of
-/// `mask`, maximal runs in address order.
+/// `mask`, maximal runs in address order. Bits past the chunk's groups are
+/// ignored, so `!mask` gives the pages a mask leaves out.
 pub fn mask_ranges(mask: u16, pages: usize) -> Vec<std::ops::Range<usize>> {
     let g = group_pages(pages);
     let groups = pages / g;
@@ -182,4 +183,26 @@ pub fn wait_released(c: &AtomicU32) {
 #[inline]
 pub fn update_flags(c: &AtomicU32, clear: u32, set: u32) {
     let _ = c.fetch_update(AcqRel, Acquire, |w| Some((w & !clear) | set));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_ranges_and_their_complement_cover_the_chunk() {
+        // 64 KiB chunk: a page per group.
+        let m = 0b0110_0000_0010_0001;
+        assert_eq!(mask_ranges(m, 16), vec![0..1, 5..6, 13..15]);
+        assert_eq!(mask_ranges(!m, 16), vec![1..5, 6..13, 15..16]);
+        // 2 MiB chunk: 32 pages per group.
+        assert_eq!(mask_ranges(0b11, 512), vec![0..64]);
+        assert_eq!(mask_ranges(!0b11, 512), vec![64..512]);
+        // 16 KiB chunk: four groups, the other bits ignored.
+        assert_eq!(mask_ranges(!0b0010, 4), vec![0..1, 2..4]);
+        assert_eq!(
+            charge(PARTIAL | part_bits(0b101), 16 * crate::PAGE_SIZE),
+            2 * crate::PAGE_SIZE as u64
+        );
+    }
 }

@@ -502,14 +502,7 @@ fn fill(
         LoadMode::KeepClean
     };
     let mapped = chunk::mask_ranges(mask, n);
-    let mut parts = Vec::with_capacity(mapped.len() + 1);
-    let mut at = 0;
-    for m in &mapped {
-        parts.push(at..m.start);
-        at = m.end;
-    }
-    parts.push(at..n);
-    parts.retain(|p| !p.is_empty());
+    let parts = chunk::mask_ranges(!mask, n);
     let is_mapped = |k: SwapEntry| {
         let i = (k.0 - first.0) as usize;
         mapped.iter().any(|m| m.contains(&i))

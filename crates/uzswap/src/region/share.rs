@@ -17,7 +17,7 @@
 //! included) and W the bytes of pages in use but not same-filled (resident
 //! or stored, or the regions' whole mapping less its share of same-filled
 //! pages, whichever is more), the resident part R that leaves every other page in the pool
-//! solves `R + (W - R) / ρ = FILL · budget`. If R is at least
+//! solves `R + (W - R) / ρ = budget`. If R is at least
 //! `MIN_RESIDENT` of the budget the share becomes `budget - R`; if it is at
 //! least half that, the pool gets its largest share, `1 - MIN_RESIDENT`;
 //! below that the share falls in proportion to R, reaching the configured
@@ -33,11 +33,6 @@ use super::Shared;
 use crate::PAGE_SIZE;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// The part of the budget the split plans for. The whole: where the pool
-/// then falls a little short (the evictor works below the budget, clean
-/// copies take room), the few pages it writes back cost less than the
-/// resident memory a margin would take from the hot set.
-const FILL: f64 = 1.0;
 /// Least resident part worth keeping the cold set in memory for.
 const MIN_RESIDENT: f64 = 0.3;
 /// A plan leaving at least this fraction of `MIN_RESIDENT` resident still
@@ -55,7 +50,12 @@ pub(super) fn target(budget: u64, base: u64, used: u64, rho: f64) -> u64 {
     if rho <= 1.0 {
         return base;
     }
-    let r = (FILL * b - used as f64 / rho) / (1.0 - 1.0 / rho);
+    // The whole budget, no margin: where the pool then falls a little
+    // short (the evictor works below the budget, clean copies take room),
+    // the few pages it writes back cost less than the resident memory a
+    // margin would take from the hot set (a 10% margin kept lzo index
+    // pages at 512 MiB from ever raising the share).
+    let r = (b - used as f64 / rho) / (1.0 - 1.0 / rho);
     let cap = (1.0 - MIN_RESIDENT) * b;
     let near = NEAR * MIN_RESIDENT * b;
     let share = if r >= MIN_RESIDENT * b {
