@@ -89,6 +89,10 @@ pub struct Args {
     /// Compressor: lz4, zstd[:level], lzo, deflate[:level].
     #[arg(long, default_value = "lz4")]
     pub compressor: String,
+    /// uzswap: a denser compressor ("zstd:1") the shrinker recompresses
+    /// cold pool entries with before it writes any back. Default: none.
+    #[arg(long)]
+    pub recompress: Option<String>,
     /// Folio (chunk) size, 4K..2M, a power of two.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
@@ -337,6 +341,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             ..Config::default()
         };
         cfg.zswap.compressor = args.compressor.clone();
+        cfg.zswap.recompress = args.recompress.clone();
         if args.no_writeback {
             cfg.writeback = None;
         } else if let Some(wb) = cfg.writeback.as_mut() {
@@ -454,6 +459,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         "passes": args.passes,
         "folio_bytes": args.folio,
         "compressor": args.compressor,
+        "recompress": args.recompress,
         "elapsed_s": elapsed,
         "pass_s": pass_secs,
         "throughput_mbps": throughput,

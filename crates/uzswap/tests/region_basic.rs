@@ -1,7 +1,7 @@
 //! Regions: zero-fill, round trips through the pool, hints, drop order.
 
 use uzswap::region::{Advice, Config};
-use uzswap::{Pattern, PAGE_SIZE};
+use uzswap::{Pattern, ZswapConfig, PAGE_SIZE};
 
 mod common;
 use common::instance;
@@ -293,4 +293,43 @@ fn a_pool_with_room_writes_nothing_back() {
     assert_eq!(st.zswap.written_back_pages, 0, "{st:?}");
     assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
     assert!(st.peak_bytes <= 32 << 20, "{st:?}");
+}
+
+#[test]
+fn recompressed_pages_fault_back_byte_exact() {
+    // 48 MiB of text pages (~1.6:1 with lz4, ~2.4:1 with zstd) under a
+    // 16 MiB budget whose pool share is small: the shrinker meets cold
+    // entries at once and recompresses them before it writes any back, and
+    // two passes fault pages back from the lz4 form, the zstd form and
+    // the device.
+    let Some(uz) = instance(Config {
+        budget: 16 << 20,
+        adapt_pool_share: false,
+        zswap: ZswapConfig {
+            recompress: Some("zstd:1".into()),
+            ..Config::default().zswap
+        },
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let len = 48 << 20;
+    let r = uz.region(len).unwrap();
+    for i in 0..len / PAGE_SIZE {
+        Pattern::Text.fill(i as u64, 8, page_mut(r.as_ptr(), i));
+    }
+    for _ in 0..2 {
+        for i in (0..len / PAGE_SIZE).step_by(3) {
+            assert!(
+                Pattern::Text.verify(i as u64, 8, page_mut(r.as_ptr(), i)),
+                "page {i}"
+            );
+        }
+    }
+    let st = uz.stats();
+    assert!(st.zswap.recompressed_pages > 0, "{st:?}");
+    assert!(st.zswap.written_back_pages > 0, "{st:?}");
+    assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
+    assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
+    assert!(st.peak_bytes <= 16 << 20, "{st:?}");
 }

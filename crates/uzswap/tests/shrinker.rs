@@ -332,11 +332,110 @@ fn shrinker_thread_enforces_the_pool_share() {
     drop(z); // joins the thread
 }
 
+/// Seed 003 + zram's recompression: with a dense compressor, every cold
+/// entry has its pass through it before any entry is written back, the
+/// pool shrinks, and the dense objects come back byte-exact from the pool
+/// and from the device (kept compressed there, or as plain pages).
+#[test]
+fn cold_entries_are_recompressed_before_any_is_written_back() {
+    for compressed in [true, false] {
+        let z = Zswap::new(ZswapConfig {
+            recompress: Some("zstd:1".into()),
+            writeback_compressed: compressed,
+            ..cfg(u64::MAX, Some(64))
+        })
+        .unwrap();
+        let n = 512u64;
+        // Keys apart, so that no two make a run the walk writes together.
+        let key = |i: u64| SwapEntry::new(1, i * 16);
+        for i in 0..n {
+            z.store(key(i), &page(i * 16, 12)).unwrap();
+        }
+        let before = z.stats();
+        // The figures after the last run that wrote nothing back.
+        let mut last_in_pool = before.clone();
+        let mut runs = 0;
+        while z.stats().written_back_pages < n / 4 {
+            runs += 1;
+            assert!(runs < 256, "{:?}", z.stats());
+            z.shrink(64);
+            let s = z.stats();
+            if s.written_back_pages == 0 {
+                last_in_pool = s;
+            } else {
+                // Nothing was written back before every entry had its pass.
+                assert_eq!(s.recompressed_pages + s.recompress_poor, n, "{s:?}");
+            }
+        }
+        let s = last_in_pool;
+        assert!(s.recompressed_pages > n / 2, "text pages shrink: {s:?}");
+        assert!(
+            s.compressed_bytes * 4 < before.compressed_bytes * 3,
+            "dense objects: {} bytes vs {} before",
+            s.compressed_bytes,
+            before.compressed_bytes
+        );
+        assert!(s.pool_total_size < before.pool_total_size, "{s:?}");
+        let s = z.stats();
+        assert!(s.device_pages > 0 && s.stored_pages > 0, "{s:?}");
+        for i in 0..n {
+            check(&z, key(i), 12, LoadMode::Exclusive);
+        }
+        let s = z.stats();
+        assert_eq!(
+            (s.stored_pages, s.device_pages, s.compressed_bytes),
+            (0, 0, 0)
+        );
+        assert_eq!(s.checksum_fail + s.decompress_fail, 0);
+    }
+}
+
+/// Without a dense compressor the walk writes entries back on their second
+/// meeting, and a dense compressor equal to the store's is refused.
+#[test]
+fn recompression_is_off_without_a_dense_compressor() {
+    let z = Zswap::new(cfg(u64::MAX, Some(64))).unwrap();
+    for i in 0..64 {
+        z.store(SwapEntry::new(1, i), &page(i, 13)).unwrap();
+    }
+    for _ in 0..8 {
+        assert_eq!(z.shrink(u64::MAX).recompressed, 0);
+    }
+    assert!(z.stats().written_back_pages > 0);
+    let same = ZswapConfig {
+        recompress: Some("lz4".into()),
+        ..cfg(u64::MAX, Some(64))
+    };
+    assert!(Zswap::new(same).is_err());
+    let unknown = ZswapConfig {
+        recompress: Some("brotli".into()),
+        ..cfg(u64::MAX, Some(64))
+    };
+    assert!(Zswap::new(unknown).is_err());
+}
+
 /// Stores, loads and invalidates from several threads while the shrinker
-/// thread and direct reclaim write back under a tiny pool limit.
+/// thread and direct reclaim write back under a tiny pool limit (and, with
+/// a dense compressor, recompress meanwhile).
 #[test]
 fn concurrent_writeback_keeps_content() {
-    let z = Arc::new(Zswap::new(cfg(128 << 10, Some(64))).unwrap());
+    concurrent_writeback(None);
+}
+
+#[test]
+fn concurrent_recompression_and_writeback_keep_content() {
+    let s = concurrent_writeback(Some("zstd:1"));
+    assert!(s.recompressed_pages > 0, "{s:?}");
+}
+
+fn concurrent_writeback(recompress: Option<&str>) -> uzswap::ZswapStats {
+    let z = Arc::new(
+        Zswap::new(ZswapConfig {
+            recompress: recompress.map(Into::into),
+            ..cfg(128 << 10, Some(64))
+        })
+        .unwrap(),
+    );
     z.start_shrinker().unwrap();
     let stop = Instant::now() + Duration::from_millis(1500);
     let threads: Vec<_> = (0..3u32)
@@ -387,6 +486,7 @@ fn concurrent_writeback_keeps_content() {
     let s = z.stats();
     assert!(ops > 1000 && s.written_back_pages > 0, "ops {ops} {s:?}");
     assert_eq!(s.checksum_fail + s.decompress_fail, 0);
+    s
 }
 
 /// Clean copies (`LoadMode::KeepClean`) leave the LRU, count in

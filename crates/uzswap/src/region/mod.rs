@@ -240,6 +240,11 @@ impl Default for Config {
             folio_order: 4,
             zswap: ZswapConfig {
                 store_incompressible: true,
+                // Off: on usemem, where every page is written once and then
+                // goes cold, the shrinker's zstd work slowed the write pass
+                // by a third to a half and most recompressed pages were
+                // written back all the same (docs/BENCHMARKS.md).
+                recompress: None,
                 // The budget is this instance's memory pressure; machine-wide
                 // PSI would make its writeback depend on other programs.
                 psi_trigger: None,

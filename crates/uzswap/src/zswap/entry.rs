@@ -92,6 +92,11 @@ pub(crate) struct ZswapEntry {
     /// ([`Zswap::claim_clean`](super::Zswap::claim_clean)) before it relies
     /// on it again.
     pub clean: bool,
+    /// The entry has had its pass through the dense compressor
+    /// (`recompress`): its object was recompressed, or would not have
+    /// shrunk enough to be worth it. The shrinker writes it back when it
+    /// meets it again. Always false without a dense compressor.
+    pub recompressed: bool,
 }
 
 impl ZswapEntry {

@@ -465,6 +465,15 @@ impl Zswap {
             Some(id) if id == self.engine.compressor().id() => {
                 ctx.decompress(obj, page).map_err(|e| e.to_string())
             }
+            Some(id)
+                if self
+                    .dense
+                    .as_ref()
+                    .is_some_and(|d| d.compressor().id() == id) =>
+            {
+                let dense = self.dense.as_ref().expect("just checked");
+                dense.with_ctx(|c| c.decompress(obj, page).map_err(|e| e.to_string()))
+            }
             // Written by another compressor (the setting changed).
             Some(id) => compress::by_id(id)
                 .new_ctx()

@@ -82,6 +82,7 @@ mod invalidate;
 mod limits;
 mod load;
 mod lru;
+mod recompress;
 mod same_filled;
 mod shrinker;
 mod stats;
@@ -170,6 +171,13 @@ pub struct ZswapConfig {
     /// writes back proactively (with seed 003's heuristics) before the hard
     /// limit refuses stores. `u64::MAX`: none.
     pub pool_share_bytes: u64,
+    /// A denser compressor ("zstd:1") the shrinker recompresses cold entries
+    /// with before it writes any back (zram: recomp_algorithm): an entry
+    /// meets it at the LRU's cold end, and is written back only when it
+    /// gets there again (`recompress`). `None`: cold entries go straight to
+    /// the device. Must differ from `compressor` (another level of the
+    /// same algorithm will do: "zstd:-1" stores, "zstd:3" recompresses).
+    pub recompress: Option<String>,
     /// PSI trigger written to /proc/pressure/memory by the shrinker thread
     /// ("some <stall us> <window us>"); `None`: do not watch PSI.
     pub psi_trigger: Option<String>,
@@ -192,6 +200,7 @@ impl Default for ZswapConfig {
             swap_device: None,
             writeback_compressed: true,
             pool_share_bytes: u64::MAX,
+            recompress: None,
             psi_trigger: Some("some 150000 1000000".into()),
         }
     }
@@ -279,6 +288,9 @@ impl LoadError {
 pub struct Zswap {
     cfg: ZswapConfig,
     engine: BatchEngine,
+    /// Contexts of the dense compressor (`ZswapConfig::recompress`): it
+    /// compresses on the shrinker thread only, so no helper threads.
+    dense: Option<BatchEngine>,
     pool: ZsPool,
     tree: Tree,
     limit: PoolLimit,
@@ -350,12 +362,34 @@ impl Zswap {
                 batch_size: cfg.batch_size,
             },
         )?;
+        let dense = match &cfg.recompress {
+            None => None,
+            Some(name) => {
+                let c = compress::by_name(name)?;
+                let store = engine.compressor();
+                if c.id() == store.id() && c.level() == store.level() {
+                    return Err(ZswapError::Config(format!(
+                        "recompress compressor {name} is the store compressor {}: \
+                         it cannot make objects denser",
+                        cfg.compressor
+                    )));
+                }
+                Some(BatchEngine::new(
+                    c,
+                    EngineConfig {
+                        workers: 1,
+                        batch_size: 1,
+                    },
+                )?)
+            }
+        };
         let swap_map = device
             .as_ref()
             .map(|d| swap_map::SwapMap::new(d.capacity()));
         Ok(Zswap {
             limit: PoolLimit::new(cfg.max_pool_bytes, cfg.accept_threshold_percent),
             engine,
+            dense,
             pool: ZsPool::new(),
             tree: Tree::new(),
             counters: Counters::default(),

@@ -45,7 +45,7 @@
 
 use super::stats::Counters;
 pub use super::writeback::ShrinkStop;
-use super::writeback::WalkResult;
+use super::writeback::{WalkMode, WalkResult};
 use super::{Zswap, ZswapError};
 use crate::PAGE_SIZE;
 use parking_lot::{Condvar, Mutex};
@@ -59,6 +59,18 @@ use std::time::Duration;
 const PRESSURE_SHIFT: u32 = 2;
 /// Check the pool's share this often even without a kick.
 const IDLE_TICK: Duration = Duration::from_millis(500);
+/// The shrinker thread's limit-driven walk: no warm-region stop, but
+/// recompression first (the thread has the time; nothing waits on it).
+const LIMIT_WALK: WalkMode = WalkMode {
+    proactive: false,
+    recompress: true,
+};
+/// Reclaim a caller waits for (a store over the limit, the front end's
+/// `reclaim`): writeback only, which frees whole objects at once.
+const DIRECT_WALK: WalkMode = WalkMode {
+    proactive: false,
+    recompress: false,
+};
 
 /// What one shrink run did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -69,6 +81,8 @@ pub struct ShrinkResult {
     pub rotated: u64,
     /// Pages written back.
     pub written_back: u64,
+    /// Pages recompressed with the dense compressor (`recompress`).
+    pub recompressed: u64,
     /// Why the run ended before its scan budget, if it did.
     pub stop: Option<ShrinkStop>,
 }
@@ -79,6 +93,7 @@ impl From<WalkResult> for ShrinkResult {
             scanned: w.scanned,
             rotated: w.rotated,
             written_back: w.written,
+            recompressed: w.recompressed,
             stop: w.stop,
         }
     }
@@ -174,7 +189,11 @@ impl Zswap {
                 ..Default::default()
             };
         }
-        let r = self.writeback_walk(nr, true, ctx, done);
+        let mode = WalkMode {
+            proactive: true,
+            recompress: true,
+        };
+        let r = self.writeback_walk(nr, mode, ctx, done);
         if r.stop == Some(ShrinkStop::Loading) {
             Counters::add(&self.counters.shrink_stop_loading, 1);
         }
@@ -196,7 +215,7 @@ impl Zswap {
         // Twice the LRU: every entry may need its second chance first.
         let max_scan = self.tree.lru.len().saturating_mul(2);
         let r: ShrinkResult = self
-            .writeback_walk(max_scan, false, ctx, |z| z.pool.total_size() <= target)
+            .writeback_walk(max_scan, LIMIT_WALK, ctx, |z| z.pool.total_size() <= target)
             .into();
         if self.pool.total_size() > target && r.written_back > 0 {
             // Freed objects leave holes in pool spans; give those back.
@@ -223,7 +242,9 @@ impl Zswap {
         }
         let max_scan = bytes.div_ceil(512) + 128;
         self.engine.with_ctx(|ctx| {
-            self.writeback_walk(max_scan, false, ctx, |z| z.pool.total_size() <= target)
+            self.writeback_walk(max_scan, DIRECT_WALK, ctx, |z| {
+                z.pool.total_size() <= target
+            })
         });
         before.saturating_sub(self.pool.total_size())
     }
@@ -244,7 +265,7 @@ impl Zswap {
         // span is given back only once all its objects are gone.
         let max_scan = need(self).div_ceil(512) + 128;
         self.engine.with_ctx(|ctx| {
-            self.writeback_walk(max_scan, false, ctx, |z| {
+            self.writeback_walk(max_scan, DIRECT_WALK, ctx, |z| {
                 z.limit.fits(z.pool.total_size(), incoming)
             })
         });

@@ -35,6 +35,8 @@ pub(crate) struct Counters {
     pub shrink_stop_protected: AtomicU64,
     pub shrink_stop_loading: AtomicU64,
     pub shrink_runs: AtomicU64,
+    pub recompressed_pages: AtomicU64,
+    pub recompress_poor: AtomicU64,
     /// Per order: folios stored, folios loaded, folio stores that failed.
     pub order_zswpout: [AtomicU64; MAX_ORDER as usize + 1],
     pub order_zswpin: [AtomicU64; MAX_ORDER as usize + 1],
@@ -119,6 +121,11 @@ pub struct ZswapStats {
     pub shrink_stop_loading: u64,
     /// Shrinker runs (any reason).
     pub shrink_runs: u64,
+    /// Cold entries the shrinker recompressed with the dense compressor
+    /// (zram: num_recompressed), and those it left as they were because
+    /// the dense form would not have been at least 1/8 smaller.
+    pub recompressed_pages: u64,
+    pub recompress_poor: u64,
     /// Whether the memory-pressure (PSI) trigger is armed.
     pub psi_active: bool,
     /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
@@ -172,6 +179,8 @@ impl Counters {
             shrink_stop_protected: g(&self.shrink_stop_protected),
             shrink_stop_loading: g(&self.shrink_stop_loading),
             shrink_runs: g(&self.shrink_runs),
+            recompressed_pages: g(&self.recompressed_pages),
+            recompress_poor: g(&self.recompress_poor),
             mthp,
             ..Default::default()
         }

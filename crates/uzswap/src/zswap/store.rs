@@ -180,6 +180,7 @@ impl Zswap {
                     lru_seq: 0,
                     pinned: false,
                     clean: false,
+                    recompressed: false,
                 });
             }
         }
@@ -225,6 +226,7 @@ impl Zswap {
             lru_seq: 0,
             pinned: false,
             clean: false,
+            recompressed: false,
         })
     }
 

@@ -59,6 +59,9 @@ const WB_BATCH: usize = 32;
 /// Keys at most this far apart (within one max-order block) share a run of
 /// contiguous slots; the holes are same-filled or absent pages.
 const RUN_GAP: u64 = 8;
+/// Compact the pool whenever recompression has shrunk objects by this many
+/// bytes in one walk.
+const COMPACT_EVERY: u64 = 1 << 20;
 
 /// Why a walk ended before its scan budget or goal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -82,19 +85,31 @@ pub(super) struct WalkResult {
     pub scanned: u64,
     pub rotated: u64,
     pub written: u64,
+    pub recompressed: u64,
     pub stop: Option<ShrinkStop>,
 }
 
-struct Candidate {
-    key: SwapEntry,
-    seq: u64,
-    handle: Handle,
+/// How a walk treats what it meets.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WalkMode {
+    /// Stop at an entry being loaded (seed 003; the shrinker's own runs).
+    pub proactive: bool,
+    /// Recompress entries that have not had their pass through the dense
+    /// compressor instead of writing them back (`recompress`). Off where a
+    /// store waits for the room: a write frees a whole object at once.
+    pub recompress: bool,
+}
+
+pub(super) struct Candidate {
+    pub key: SwapEntry,
+    pub seq: u64,
+    pub handle: Handle,
     /// The object as it goes on the device (packed with its run), or the
     /// plain page; `len` bytes of it count.
-    data: Box<[u8]>,
-    len: u16,
-    comp: Option<CompressorId>,
-    csum: u32,
+    pub data: Box<[u8]>,
+    pub len: u16,
+    pub comp: Option<CompressorId>,
+    pub csum: u32,
 }
 
 /// Does the ring head `next` continue the run of the batch's last isolated
@@ -124,13 +139,13 @@ pub(super) struct DevicePages {
 }
 
 impl Zswap {
-    /// Walk the LRU from its cold end, writing back unreferenced entries,
-    /// until `done()` holds, `max_scan` live entries were examined, or a
-    /// stop condition. `proactive` walks stop at an entry being loaded.
+    /// Walk the LRU from its cold end, writing back (or recompressing, see
+    /// [`WalkMode`]) unreferenced entries, until `done()` holds, `max_scan`
+    /// live entries were examined, or a stop condition.
     pub(super) fn writeback_walk(
         &self,
         max_scan: u64,
-        proactive: bool,
+        mode: WalkMode,
         ctx: &mut dyn CompressCtx,
         mut done: impl FnMut(&Zswap) -> bool,
     ) -> WalkResult {
@@ -138,6 +153,7 @@ impl Zswap {
         let Some(dev) = self.device.as_deref() else {
             return res;
         };
+        let mut unreturned = 0u64;
         while res.scanned < max_scan && res.stop.is_none() && !done(self) {
             if !self.writeback_possible() {
                 break;
@@ -147,6 +163,7 @@ impl Zswap {
                 break;
             };
             let mut batch = Vec::with_capacity(WB_BATCH);
+            let mut dense = Vec::new();
             {
                 let mut g = self.tree.lock_index(idx);
                 let mut popped = false;
@@ -156,14 +173,15 @@ impl Zswap {
                     // folio between batches would cost its fault two
                     // device reads.
                     let cont = continues_run(&batch, g.peek_lru());
-                    if (batch.len() >= WB_BATCH || res.scanned >= max_scan) && !cont {
+                    let full = batch.len() + dense.len() >= WB_BATCH;
+                    if (full || res.scanned >= max_scan) && !cont {
                         break;
                     }
                     let limit = if popped && !cont { second } else { u64::MAX };
                     let Some(node) = g.pop_lru(limit) else { break };
                     popped = true;
                     if !g.is_live(node) {
-                        if proactive && g.is_loading(node.key) {
+                        if mode.proactive && g.is_loading(node.key) {
                             res.stop = Some(ShrinkStop::Loading);
                             break;
                         }
@@ -180,7 +198,23 @@ impl Zswap {
                         self.tree.lru.protect(1);
                         continue;
                     }
-                    batch.push(self.isolate(node, e));
+                    if mode.recompress && self.wants_recompress(e) {
+                        dense.push(self.isolate(node, e));
+                    } else {
+                        batch.push(self.isolate(node, e));
+                    }
+                }
+            }
+            if !dense.is_empty() {
+                let (n, saved) = self.recompress_batch(idx, dense, ctx);
+                res.recompressed += n;
+                unreturned += saved;
+                // Smaller objects leave holes in the spans of the larger
+                // ones: only compaction turns them into the smaller pool
+                // size that `done` looks for.
+                if unreturned >= COMPACT_EVERY {
+                    self.pool.compact();
+                    unreturned = 0;
                 }
             }
             if !batch.is_empty() {
@@ -191,13 +225,16 @@ impl Zswap {
                 }
             }
         }
+        if unreturned > 0 {
+            self.pool.compact();
+        }
         Counters::add(&self.counters.shrink_scanned, res.scanned);
         Counters::add(&self.counters.shrink_rotated, res.rotated);
         res
     }
 
     /// Copy an unreferenced entry's object out (under the shard lock).
-    fn isolate(&self, node: Node, e: &ZswapEntry) -> Candidate {
+    pub(super) fn isolate(&self, node: Node, e: &ZswapEntry) -> Candidate {
         let Payload::Pool { handle, len, comp } = e.payload else {
             unreachable!("only pool entries are on the LRU")
         };
@@ -385,7 +422,7 @@ impl Zswap {
         self.requeue(idx, &nodes);
     }
 
-    fn requeue(&self, idx: usize, nodes: &[(SwapEntry, u64)]) {
+    pub(super) fn requeue(&self, idx: usize, nodes: &[(SwapEntry, u64)]) {
         let mut g = self.tree.lock_index(idx);
         for &(key, seq) in nodes {
             // Only if still isolated by us: loaded, invalidated or replaced
