@@ -11,7 +11,8 @@
 //!
 //! Page states inside an arena (two bitmaps, `free` and `dirty`):
 //! ```text
-//!  clean  free, not dirty: never touched or given back; holds no memory
+//!  clean  free, not dirty: never touched or given back; holds no memory,
+//!         except in a huge arena, whose clean pages are its reserve
 //!  used   not free: part of a live span
 //!  cached free and dirty: on a free list; may hold memory
 //!  clean --alloc (fresh space)--> used --free--> cached --pop--> used
@@ -57,14 +58,14 @@
 //! them with the rest of the huge page's split, which it defers to its
 //! shrinker: like memory given back by `MADV_FREE`, they are free to the
 //! kernel on demand. A broken arena stays small. Arenas that are not huge
-//! are mapped without 2 MiB alignment (or marked `MADV_NOHUGEPAGE` where
-//! the kernel happened to align one), so no huge page backs them whatever
-//! the system's THP mode, and every page they hold was counted when taken.
+//! are marked `MADV_NOHUGEPAGE`, so no huge page backs them whatever the
+//! system's THP mode, and every page they hold was counted when taken.
 //!
 //! # Accounting
 //! `held_bytes` = pages in live spans + cached pages + the reserve of huge
-//! arenas: every page the pool may hold memory for. Clean pages (fresh arena space, or given back) are not
-//! counted, though their address space stays reserved until the arena goes.
+//! arenas: every page the pool may hold memory for. The clean pages of
+//! small arenas (fresh space, or given back) are not counted, though their
+//! address space stays reserved until the arena goes.
 //! A span counts whole even where its tail was never touched.
 //!
 //! # Locking
@@ -199,15 +200,13 @@ struct Mapping(NonNull<u8>);
 unsafe impl Send for Mapping {}
 
 impl Mapping {
-    /// A small arena: an anonymous mapping of one arena at an address of the
-    /// kernel's choosing, which is page- but (almost never) 2 MiB-aligned.
+    /// A small arena: an anonymous mapping of one arena, marked
+    /// `MADV_NOHUGEPAGE`. Unaligned is not enough: the kernel merges
+    /// adjacent anonymous mappings with equal flags, and two arenas side by
+    /// side always contain an aligned 2 MiB a huge page could back, while a
+    /// small arena must be charged page by page.
     fn new() -> Result<Self, AllocError> {
         let p = Self::map(ARENA_BYTES)?;
-        if p as usize & (ARENA_BYTES - 1) != 0 {
-            return Ok(Self::wrap(p));
-        }
-        // 2 MiB-aligned by chance: a huge page could back it, and a small
-        // arena must be charged page by page. Say so.
         // SAFETY: `p` is our fresh mapping of ARENA_BYTES.
         unsafe { libc::madvise(p, ARENA_BYTES, libc::MADV_NOHUGEPAGE) };
         Ok(Self::wrap(p))
@@ -357,7 +356,7 @@ impl PageAlloc {
         }
     }
 
-    /// Bytes in live runs plus cached free runs.
+    /// Bytes in live runs, cached free runs and huge arenas' reserve.
     pub(crate) fn held_bytes(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }

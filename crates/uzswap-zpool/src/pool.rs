@@ -335,8 +335,9 @@ impl ZsPool {
         (id, released)
     }
 
-    /// Bytes of memory the pool holds from the OS: pages of live spans plus
-    /// cached free page runs not yet given back ([`PoolStats::cached_bytes`]).
+    /// Bytes of memory the pool holds from the OS: pages of live spans,
+    /// cached free page runs not yet given back ([`PoolStats::cached_bytes`]),
+    /// and the untouched reserve of huge arenas ([`Self::reserve_bytes`]).
     /// What a memory budget charges. One relaxed atomic load.
     pub fn total_size(&self) -> u64 {
         self.pages.held_bytes()

@@ -1,6 +1,6 @@
 //! The per-chunk state word: one `AtomicU32` per chunk in a dense array per
 //! region. The low 3 bits are the state (see the machine in `region`'s top
-//! comment); the flag bits above them (and a PARTIAL chunk's page index)
+//! comment); the flag bits above them (and a PARTIAL chunk's group mask)
 //! ride along and are updated with the same compare-and-swap, so a state
 //! change never loses a flag.
 

@@ -84,8 +84,7 @@ pub(super) fn store_margin(chunk: usize) -> u64 {
 /// already charged would find every store after a new arena 2 MiB short,
 /// and make room by writing back cold pages the pool has room for.
 fn store_need(sh: &Shared) -> u64 {
-    let arena = ARENA_GROWTH.saturating_sub(sh.zswap.pool_reserve_bytes());
-    sh.chunk as u64 + SPAN_GROWTH + arena
+    store_margin(sh.chunk) - sh.zswap.pool_reserve_bytes().min(ARENA_GROWTH)
 }
 const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -245,7 +244,7 @@ fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
 }
 
 /// Take victims by CLOCK until they hold `want` resident bytes (a PARTIAL
-/// chunk holds one page) or every chunk was visited as often as it can need.
+/// chunk holds its mapped groups) or every chunk was visited as often as it can need.
 fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: u64, chunk: usize) -> Vec<Victim> {
     let mut out = Vec::with_capacity((want / chunk as u64) as usize + 1);
     let mut got = 0u64;
@@ -343,7 +342,7 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
 
 /// Evict `victims` (all EVICTING, owned by us), run by run of contiguous
 /// whole chunks so each run costs one write-protect and one zap; a partial
-/// chunk is one page to claim (or store) and zap.
+/// chunk's mapped pages are claimed (or stored) and the chunk zapped once.
 ///
 /// Returns the usage it freed: resident bytes uncharged minus the pool
 /// pages the stores took. A huge arena mapped during the batch is charged

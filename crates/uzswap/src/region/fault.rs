@@ -304,7 +304,7 @@ enum Own<'a> {
     /// Another thread moved the chunk first: look at it again.
     Lost,
     /// The chunk is BUSY and ours; the guard keeps the region alive. With
-    /// the word it had (a PARTIAL chunk's page is in it).
+    /// the word it had (a PARTIAL chunk's group mask is in it).
     Owned(RwLockReadGuard<'a, bool>, u32),
 }
 
@@ -404,9 +404,10 @@ const PARTIAL_MAX_GROUPS: u32 = 4;
 /// a zap and a write completes the chunk. A fault on the first page installs
 /// the whole chunk, and so does one on the group right after a mapped one:
 /// that is how a forward scan enters and walks a chunk, and it would
-/// otherwise pay a fault per group. So does a fault on a page written back:
-/// a device read costs about the same for the chunk's slots as for one,
-/// and a later fault in the chunk would read again.
+/// otherwise pay a fault per group. So does a fault on a page written back
+/// (only the faulting page is checked): a device read costs about the same
+/// for the chunk's slots as for one, and a later fault in the chunk would
+/// read again.
 fn sub_chunk(
     sh: &Shared,
     r: &RegionInner,

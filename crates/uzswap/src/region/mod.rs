@@ -24,7 +24,8 @@
 //!               clean copies, install it write-protected
 //!               (BUSY)----------------------------------------> PARTIAL(m)
 //!   PARTIAL   --missing read fault in another group, fewer than
-//!               4 mapped, not next after a mapped one: load and
+//!               4 mapped, not next after a mapped one, not the
+//!               first page, not written back: load and
 //!               install that group the same way (BUSY)-------> PARTIAL(m')
 //!   PARTIAL   --any other missing read fault: load the rest
 //!               keeping clean copies, install them

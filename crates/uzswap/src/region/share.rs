@@ -16,15 +16,15 @@
 //! density (bytes of pages per byte of compressed object, clean copies
 //! included) and W the bytes of pages in use but not same-filled (resident
 //! or stored, or the regions' whole mapping less its share of same-filled
-//! pages, whichever is more), the resident part R that leaves every other page in the pool
-//! solves `R + (W - R) / ρ = budget`. If R is at least
+//! pages, whichever is more), the resident part R that leaves every other
+//! page in the pool solves `R + (W - R) / ρ = budget`. If R is at least
 //! `MIN_RESIDENT` of the budget the share becomes `budget - R`; if it is at
 //! least half that, the pool gets its largest share, `1 - MIN_RESIDENT`;
 //! below that the share falls in proportion to R, reaching the configured
-//! one at R = 0 (no cliff an estimate could flip across); otherwise no split worth having keeps the cold set in
-//! memory, and the configured share stands: the device takes the coldest
-//! pages and resident memory keeps the hot ones. The configured share is
-//! also the floor. The shrinker starts at 7/8 of the share, as at startup.
+//! one at R = 0 (no cliff an estimate could flip across). At R ≤ 0 no split
+//! keeps the cold set in memory, and the configured share stands: the
+//! device takes the coldest pages and resident memory keeps the hot ones.
+//! The configured share is also the floor. The shrinker starts at 7/8 of the share, as at startup.
 //!
 //! Locking: none. Reads the cache's counters and sets its limit and share
 //! (atomics); called by the evictor thread after each batch.

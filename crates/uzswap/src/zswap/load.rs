@@ -465,20 +465,13 @@ impl Zswap {
             Some(id) if id == self.engine.compressor().id() => {
                 ctx.decompress(obj, page).map_err(|e| e.to_string())
             }
-            Some(id)
-                if self
-                    .dense
-                    .as_ref()
-                    .is_some_and(|d| d.compressor().id() == id) =>
-            {
-                let dense = self.dense.as_ref().expect("just checked");
-                dense.with_ctx(|c| c.decompress(obj, page).map_err(|e| e.to_string()))
+            // Recompressed (`recompress`), or written by another compressor
+            // (the setting changed).
+            Some(id) => match self.dense.as_ref().filter(|d| d.compressor().id() == id) {
+                Some(dense) => dense.with_ctx(|c| c.decompress(obj, page)),
+                None => compress::by_id(id).new_ctx().decompress(obj, page),
             }
-            // Written by another compressor (the setting changed).
-            Some(id) => compress::by_id(id)
-                .new_ctx()
-                .decompress(obj, page)
-                .map_err(|e| e.to_string()),
+            .map_err(|e| e.to_string()),
         };
         // A corrupt object is reported as such even where the damage also
         // made it undecodable.

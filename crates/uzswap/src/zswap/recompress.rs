@@ -75,33 +75,36 @@ impl Zswap {
         let dense_id = dense.compressor().id();
         let mut page = vec![0u8; PAGE_SIZE];
         let mut out = vec![0u8; 2 * PAGE_SIZE];
-        let outcomes: Vec<Outcome> = batch
-            .iter()
-            .map(|c| {
-                let obj = &c.data[..c.len as usize];
-                if self
-                    .decode(c.key, c.csum, c.comp, obj, &mut page, ctx)
-                    .is_err()
-                {
-                    return Outcome::Keep;
-                }
-                let Ok(len) = dense.with_ctx(|d| d.compress(&page, &mut out)) else {
-                    return Outcome::Keep;
-                };
-                if len * 8 > c.len as usize * 7 {
-                    Counters::add(&self.counters.recompress_poor, 1);
-                    return Outcome::Keep;
-                }
-                let obj = &out[..len];
-                match self.pool.store(obj) {
-                    Ok(h) => Outcome::Dense(h, len as u16, checksum(c.key, obj)),
-                    Err(_) => Outcome::Keep,
-                }
-            })
-            .collect();
+        let outcomes: Vec<Outcome> = dense.with_ctx(|d| {
+            batch
+                .iter()
+                .map(|c| {
+                    let obj = &c.data[..c.len as usize];
+                    if self
+                        .decode(c.key, c.csum, c.comp, obj, &mut page, ctx)
+                        .is_err()
+                    {
+                        return Outcome::Keep;
+                    }
+                    let Ok(len) = d.compress(&page, &mut out) else {
+                        return Outcome::Keep;
+                    };
+                    if len * 8 > c.len as usize * 7 {
+                        Counters::add(&self.counters.recompress_poor, 1);
+                        return Outcome::Keep;
+                    }
+                    let obj = &out[..len];
+                    match self.pool.store(obj) {
+                        Ok(h) => Outcome::Dense(h, len as u16, checksum(c.key, obj)),
+                        Err(_) => Outcome::Keep,
+                    }
+                })
+                .collect()
+        });
 
         let mut switched: Vec<(ZswapEntry, ZswapEntry)> = Vec::new();
         let mut unused = Vec::new();
+        let mut saved = 0u64;
         {
             let mut g = self.tree.lock_index(idx);
             for (c, o) in batch.iter().zip(&outcomes) {
@@ -122,6 +125,7 @@ impl Zswap {
                     };
                     e.csum = csum;
                     switched.push((old, *e));
+                    saved += u64::from(c.len - len);
                 }
                 g.requeue(c.key);
             }
@@ -129,17 +133,10 @@ impl Zswap {
         for h in unused {
             self.pool.free(h);
         }
-        let mut saved = 0u64;
         for (old, new) in &switched {
             self.account_remove(old);
             self.release(old);
             self.account_add(new);
-            let (Payload::Pool { len: a, .. }, Payload::Pool { len: b, .. }) =
-                (old.payload, new.payload)
-            else {
-                unreachable!("both are pool objects")
-            };
-            saved += u64::from(a - b);
         }
         let n = switched.len() as u64;
         Counters::add(&self.counters.recompressed_pages, n);

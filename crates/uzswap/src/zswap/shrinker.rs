@@ -59,6 +59,12 @@ use std::time::Duration;
 const PRESSURE_SHIFT: u32 = 2;
 /// Check the pool's share this often even without a kick.
 const IDLE_TICK: Duration = Duration::from_millis(500);
+/// The shrinker's own runs (seed 003): stop at a page being loaded, and
+/// recompress before writing back.
+const PROACTIVE_WALK: WalkMode = WalkMode {
+    proactive: true,
+    recompress: true,
+};
 /// The shrinker thread's limit-driven walk: no warm-region stop, but
 /// recompression first (the thread has the time; nothing waits on it).
 const LIMIT_WALK: WalkMode = WalkMode {
@@ -189,11 +195,7 @@ impl Zswap {
                 ..Default::default()
             };
         }
-        let mode = WalkMode {
-            proactive: true,
-            recompress: true,
-        };
-        let r = self.writeback_walk(nr, mode, ctx, done);
+        let r = self.writeback_walk(nr, PROACTIVE_WALK, ctx, done);
         if r.stop == Some(ShrinkStop::Loading) {
             Counters::add(&self.counters.shrink_stop_loading, 1);
         }

@@ -422,7 +422,7 @@ impl Zswap {
         self.requeue(idx, &nodes);
     }
 
-    pub(super) fn requeue(&self, idx: usize, nodes: &[(SwapEntry, u64)]) {
+    fn requeue(&self, idx: usize, nodes: &[(SwapEntry, u64)]) {
         let mut g = self.tree.lock_index(idx);
         for &(key, seq) in nodes {
             // Only if still isolated by us: loaded, invalidated or replaced
