@@ -274,3 +274,57 @@ fn partial_faults_off_install_whole_chunks() {
     assert_eq!(st.faults_partial, 0);
     assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
 }
+
+#[test]
+fn a_written_back_page_comes_in_alone() {
+    // A budget gives the instance its swap device; the region fits it, so
+    // nothing is evicted but by hint and nothing written back but here.
+    let Some((uz, r)) = stored_region(Config {
+        budget: 64 << 20,
+        writeback: Some(Default::default()),
+        ..cfg()
+    }) else {
+        return;
+    };
+    let pages = r.len() / PAGE_SIZE;
+    // Second chance takes two walks; the warm region decays over several.
+    for _ in 0..16 {
+        uz.zswap().shrink(u64::MAX);
+    }
+    let before = uz.stats();
+    assert_eq!(before.zswap.device_pages, pages as u64, "{before:?}");
+
+    // A random read off the first page of a written-back chunk reads its
+    // one page from the device and charges one page.
+    check(&r, 5);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (1, 0), "{st:?}");
+    assert_eq!(st.zswap.swap_reads - before.zswap.swap_reads, 1);
+    assert_eq!(st.resident_bytes, PAGE_SIZE as u64);
+    assert_eq!(st.zswap.device_pages, pages as u64, "the copy stays");
+    for (k, i) in [9, 13, 11].into_iter().enumerate() {
+        check(&r, i);
+        let st = uz.stats();
+        assert_eq!(st.faults_partial, k as u64 + 2);
+        assert_eq!(st.zswap.swap_reads - before.zswap.swap_reads, k as u64 + 2);
+        assert_eq!(st.resident_bytes, (k as u64 + 2) * PAGE_SIZE as u64);
+    }
+    // A fifth place completes the chunk from the device.
+    check(&r, 2);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (4, 1), "{st:?}");
+    assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
+    for i in 0..PER {
+        check(&r, i);
+    }
+    // Evicted again, the chunk's pages cost only a zap: their copies are
+    // still on the device, and it reads back byte-exact.
+    r.advise(0..uz.chunk_bytes(), Advice::PageOut).unwrap();
+    assert_eq!(uz.stats().resident_bytes, 0);
+    for i in (0..pages).rev() {
+        check(&r, i);
+    }
+    let st = uz.stats();
+    assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
+    assert_eq!(st.fault_errors, 0, "{st:?}");
+}

@@ -175,8 +175,9 @@ pub struct Config {
     /// becomes PARTIAL; further random reads add their groups, up to four.
     /// A fifth, a read of the group after a mapped one or of the first page
     /// (a forward scan), a write, or `WillNeed` brings the whole chunk. A
-    /// random 4 KiB read then costs one page's decompression and eviction
-    /// one page's zap, not a chunk's.
+    /// random 4 KiB read then costs one page's decompression (or one
+    /// page's device read, where it was written back) and charge, and
+    /// eviction one page's zap, not a chunk's.
     pub partial_faults: bool,
     /// A fault on never-touched memory zero-fills the untouched chunks of
     /// the aligned window of this many bytes around it (while under the
