@@ -95,7 +95,8 @@ fn random_reads_install_pages_until_the_chunk_is_read_at_many_places() {
     }
     assert_eq!(uz.stats().pgmajfault, 5);
 
-    // A fault on a chunk's first page (a scan entering it) takes it whole.
+    // A fault on a chunk's first page, the chunk before mapped to its end
+    // (a scan entering it), takes it whole.
     check(&r, PER);
     let st = uz.stats();
     assert_eq!(st.faults_partial, 4, "{st:?}");
@@ -110,6 +111,18 @@ fn random_reads_install_pages_until_the_chunk_is_read_at_many_places() {
     for i in 0..3 * PER {
         check(&r, i);
     }
+
+    // A first page whose chunk before is not mapped is a random read, not
+    // a scan: it comes in alone.
+    check(&r, 5 * PER);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (6, 2), "{st:?}");
+    assert_eq!(st.resident_bytes, 3 * chunk as u64 + PAGE_SIZE as u64);
+    // Scanning on from it takes the chunk whole.
+    check(&r, 5 * PER + 1);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (6, 3), "{st:?}");
+    assert_eq!(st.resident_bytes, 4 * chunk as u64);
     assert_eq!(st.fault_errors, 0);
 }
 

@@ -402,7 +402,8 @@ const PARTIAL_MAX_GROUPS: u32 = 4;
 /// staying PARTIAL), and which page. Only reads, with clean copies on: the
 /// group goes in write-protected with its copies kept, so that eviction is
 /// a zap and a write completes the chunk. A fault on the first page installs
-/// the whole chunk, and so does one on the group right after a mapped one:
+/// the whole chunk where the chunk before ends mapped (`scan_enters`), and
+/// so does one on the group right after a mapped one:
 /// that is how a forward scan enters and walks a chunk, and it would
 /// otherwise pay a fault per group. A page written back comes in alone too:
 /// a device read of the chunk's slots costs about the same as of one, but
@@ -424,10 +425,30 @@ fn sub_chunk(
     }
     let p = (addr - r.chunk_addr(ci, sh.chunk)) / PAGE_SIZE;
     let bit = chunk::group_bit(p, 1 << sh.order);
-    if p == 0 || mask & (bit >> 1) != 0 || mask.count_ones() >= PARTIAL_MAX_GROUPS {
+    if (p == 0 && scan_enters(r, ci, 1 << sh.order))
+        || mask & (bit >> 1) != 0
+        || mask.count_ones() >= PARTIAL_MAX_GROUPS
+    {
         return None;
     }
     Some(p)
+}
+
+/// Whether a fault on the first page of chunk `ci` is a forward scan
+/// entering it: the chunk before ends in mapped memory (or is being
+/// installed, or there is none). A random read lands on a first page one
+/// time in a chunk's pages; taking the chunk whole then would charge it all
+/// for one page, as often as all the other random faults together.
+fn scan_enters(r: &RegionInner, ci: usize, pages: usize) -> bool {
+    let Some(prev) = ci.checked_sub(1) else {
+        return true;
+    };
+    let w = r.state[prev].load(Relaxed);
+    match chunk::state(w) {
+        RESIDENT | CLEAN | BUSY => true,
+        PARTIAL => chunk::part_mask(w).is_some_and(|m| m & chunk::group_bit(pages - 1, pages) != 0),
+        _ => false,
+    }
 }
 
 /// Install the group of page `p` of chunk `ci` (BUSY, ours; stored, or
