@@ -478,11 +478,20 @@ fn install_group(
         );
         return false;
     }
-    // The chunk's refault was counted when its first group came in.
+    // The chunk's refault was counted when its first group came in. That
+    // first group enters unreferenced: one random read is a use-once until
+    // shown otherwise, so CLOCK takes it at its next pass unless a second
+    // read in the chunk (REF) or a refault (ACTIVE) marks the chunk in use.
+    // With REF, pages read once at random held resident memory for a whole
+    // turn of the hand, as long as the hot chunks (usemem skew: read pass
+    // 6% faster on average over 11 alternating pairs, better in 7).
     let (flags, clear) = if mask == 0 {
-        (workingset_refault(sh, r, ci), REJECTED | ACTIVE | MASK_BITS)
+        (
+            workingset_refault(sh, r, ci),
+            REJECTED | ACTIVE | MASK_BITS | REF,
+        )
     } else {
-        (0, REJECTED | MASK_BITS)
+        (REF, REJECTED | MASK_BITS)
     };
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.faults_partial.fetch_add(1, Relaxed);
@@ -496,7 +505,7 @@ fn install_group(
         return false;
     }
     let bits = chunk::part_bits(mask | chunk::group_bit(p, pages));
-    chunk::release(&r.state[ci], PARTIAL, clear, REF | flags | bits);
+    chunk::release(&r.state[ci], PARTIAL, clear, flags | bits);
     // Faults on other pages of the chunk may have parked on it.
     settled(sh, base);
     true
