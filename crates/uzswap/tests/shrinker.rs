@@ -332,6 +332,77 @@ fn shrinker_thread_enforces_the_pool_share() {
     drop(z); // joins the thread
 }
 
+/// Pages stored as is go to the device before compressed ones, however
+/// much older those are: writing a plain page back frees a whole page of
+/// pool for the device read a compressed one costs. They keep their second
+/// chance, and come back byte-exact.
+#[test]
+fn incompressible_entries_are_written_back_first() {
+    let z = Zswap::new(ZswapConfig {
+        store_incompressible: true,
+        ..cfg(u64::MAX, Some(16))
+    })
+    .unwrap();
+    let random = |i: u64| {
+        let mut p = vec![0u8; PAGE_SIZE];
+        Pattern::Random.fill(i, 4, &mut p);
+        p
+    };
+    // Text first (the oldest), then plain pages, then text again.
+    for i in 0..256 {
+        z.store(SwapEntry::new(0, i), &page(i, 4)).unwrap();
+    }
+    for i in 256..320 {
+        z.store(SwapEntry::new(0, i), &random(i)).unwrap();
+    }
+    for i in 320..384 {
+        z.store(SwapEntry::new(0, i), &page(i, 4)).unwrap();
+    }
+    assert_eq!(z.stats().incompressible_pages, 64);
+    let written = |r: std::ops::Range<u64>| {
+        r.filter(|&i| z.is_written_back(SwapEntry::new(0, i)))
+            .count() as u64
+    };
+    let mut steps = 0;
+    let mut rotated = 0;
+    while written(256..320) < 64 {
+        let r = z.shrink(1);
+        rotated += r.rotated;
+        steps += 1;
+        assert!(
+            steps < 1000,
+            "plain pages not written back: {:?}",
+            z.stats()
+        );
+        assert_eq!(
+            written(0..256) + written(320..384),
+            0,
+            "a compressed page went first"
+        );
+        assert_eq!(z.stats().device_pages, written(256..320));
+    }
+    assert_eq!(rotated, 64, "each plain page had its second chance");
+    // Then the LRU's order again: the oldest compressed pages.
+    while z.stats().device_pages < 96 {
+        z.shrink(1);
+        steps += 1;
+        assert!(steps < 2000, "{:?}", z.stats());
+    }
+    assert_eq!(written(320..384), 0, "{:?}", z.stats());
+    let mut out = vec![0u8; PAGE_SIZE];
+    for i in 0..384 {
+        let key = SwapEntry::new(0, i);
+        z.load(key, &mut out, LoadMode::Exclusive).unwrap();
+        let want = if (256..320).contains(&i) {
+            random(i)
+        } else {
+            page(i, 4)
+        };
+        assert!(out == want, "page {i}");
+    }
+    assert_eq!(z.stats().checksum_fail, 0);
+}
+
 /// Seed 003 + zram's recompression: with a dense compressor, every cold
 /// entry has its pass through it before any entry is written back, the
 /// pool shrinks, and the dense objects come back byte-exact from the pool
@@ -419,19 +490,41 @@ fn recompression_is_off_without_a_dense_compressor() {
 /// a dense compressor, recompress meanwhile).
 #[test]
 fn concurrent_writeback_keeps_content() {
-    concurrent_writeback(None);
+    concurrent_writeback(None, false);
+}
+
+/// With a third of the pages incompressible, stored as is: the walks take
+/// them from the raw rings first while the same keys are stored, loaded
+/// and invalidated.
+#[test]
+fn concurrent_writeback_of_plain_pages_keeps_content() {
+    let s = concurrent_writeback(None, true);
+    assert!(s.pswpout > 0, "{s:?}");
 }
 
 #[test]
 fn concurrent_recompression_and_writeback_keep_content() {
-    let s = concurrent_writeback(Some("zstd:1"));
+    let s = concurrent_writeback(Some("zstd:1"), false);
     assert!(s.recompressed_pages > 0, "{s:?}");
 }
 
-fn concurrent_writeback(recompress: Option<&str>) -> uzswap::ZswapStats {
+/// Page `i` of generation `gen`: text, or with `raw` a third of them
+/// random (stored as is).
+fn content(i: u64, gen: u64, raw: bool) -> Vec<u8> {
+    if raw && (i + gen) % 3 == 0 {
+        let mut p = vec![0u8; PAGE_SIZE];
+        Pattern::Random.fill(i, gen, &mut p);
+        p
+    } else {
+        page(i, gen)
+    }
+}
+
+fn concurrent_writeback(recompress: Option<&str>, raw: bool) -> uzswap::ZswapStats {
     let z = Arc::new(
         Zswap::new(ZswapConfig {
             recompress: recompress.map(Into::into),
+            store_incompressible: raw,
             ..cfg(128 << 10, Some(64))
         })
         .unwrap(),
@@ -456,7 +549,7 @@ fn concurrent_writeback(recompress: Option<&str>) -> uzswap::ZswapStats {
                     match (rng >> 20) % 4 {
                         0 | 1 => {
                             gen[i] += 1;
-                            match z.store(key, &page(i as u64, gen[i])) {
+                            match z.store(key, &content(i as u64, gen[i], raw)) {
                                 Ok(()) => present[i] = true,
                                 Err(StoreError::PoolLimit) => present[i] = false,
                                 Err(e) => panic!("{e}"),
@@ -465,7 +558,7 @@ fn concurrent_writeback(recompress: Option<&str>) -> uzswap::ZswapStats {
                         2 => {
                             if present[i] {
                                 z.load(key, &mut out, LoadMode::Exclusive).unwrap();
-                                assert!(out == page(i as u64, gen[i]), "{key:?}");
+                                assert!(out == content(i as u64, gen[i], raw), "{key:?}");
                                 present[i] = false;
                             } else {
                                 assert!(!z.contains(key));

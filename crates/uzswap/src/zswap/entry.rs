@@ -112,6 +112,11 @@ impl ZswapEntry {
         matches!(self.payload, Payload::Pool { .. }) && !self.pinned && !self.clean
     }
 
+    /// A pool entry stored as is (it did not compress).
+    pub fn is_raw(&self) -> bool {
+        matches!(self.payload, Payload::Pool { comp: None, .. })
+    }
+
     pub fn slot(&self) -> Option<crate::swap::SwapSlot> {
         self.place().map(|p| p.slot)
     }

@@ -15,6 +15,14 @@
 //! Clean copies (`ZswapEntry::clean`) sit on a second ring per shard, in the
 //! order they became clean, with the same lazy removal: a node is live while
 //! its entry is still clean and carries its `seq`. `Tree::clean` counts them.
+//!
+//! Pool entries stored as is (they did not compress) are also on a third
+//! ring, `raw`, with the same node as on the LRU ring: writeback takes them
+//! before anything else (`Zswap::writeback_walk`), because a plain page
+//! holds a whole page of pool for what a compressed one holds in half or
+//! less, and costs the same device read to bring back. `Tree::raw_shards`
+//! has a bit per shard whose raw ring is not empty (published on unlock,
+//! like the LRU heads).
 
 use super::entry::{SwapEntry, ZswapEntry};
 use super::lru::{Lru, Node, ShardLru};
@@ -23,6 +31,8 @@ use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const SHARDS: usize = 64;
+// `Tree::raw_shards` has a bit per shard.
+const _: () = assert!(SHARDS <= 64);
 /// log2 of the pages in one shard group (a 2 MiB folio).
 const GROUP_SHIFT: u32 = crate::MAX_ORDER;
 /// Stale nodes a ring may carry beyond twice its map before it is filtered.
@@ -36,6 +46,8 @@ pub(crate) struct Shard {
     lru: ShardLru,
     /// Clean copies, oldest first (nodes as in `lru`).
     clean: std::collections::VecDeque<Node>,
+    /// LRU entries stored as is, oldest first (their LRU nodes again).
+    raw: std::collections::VecDeque<Node>,
     /// (first key, pages) of exclusive loads in flight in this shard.
     loading: Vec<(u64, u64)>,
 }
@@ -45,6 +57,8 @@ pub(crate) struct Tree {
     len: AtomicU64,
     /// Clean copies in the tree (entries with `clean` set).
     clean: AtomicU64,
+    /// Bit i: shard i's raw ring has nodes (live or not).
+    raw_shards: AtomicU64,
     pub lru: Lru,
 }
 
@@ -54,6 +68,7 @@ impl Tree {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             len: AtomicU64::new(0),
             clean: AtomicU64::new(0),
+            raw_shards: AtomicU64::new(0),
             lru: Lru::new(SHARDS),
         }
     }
@@ -88,6 +103,17 @@ impl Tree {
     /// Clean copies in the tree.
     pub fn clean_len(&self) -> u64 {
         self.clean.load(Ordering::Relaxed)
+    }
+
+    /// A shard at or after `from` (in turn) whose raw ring has nodes.
+    pub fn raw_shard(&self, from: usize) -> Option<usize> {
+        let bits = self.raw_shards.load(Ordering::Relaxed);
+        if bits == 0 {
+            return None;
+        }
+        let from = (from % SHARDS) as u32;
+        let r = bits.rotate_right(from);
+        Some(((r.trailing_zeros() + from) % SHARDS as u32) as usize)
     }
 
     /// Shards, for walks that visit them by index.
@@ -125,6 +151,12 @@ impl Drop for ShardGuard<'_> {
         self.tree
             .lru
             .publish_head(self.idx, self.shard.lru.ring.front());
+        let bit = 1u64 << self.idx;
+        if self.shard.raw.is_empty() {
+            self.tree.raw_shards.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            self.tree.raw_shards.fetch_or(bit, Ordering::Relaxed);
+        }
     }
 }
 
@@ -144,10 +176,7 @@ impl ShardGuard<'_> {
         e.clean = false;
         if e.on_lru() {
             e.lru_seq = self.tree.lru.next_seq();
-            self.shard.lru.ring.push_back(Node {
-                key: key.0,
-                seq: e.lru_seq,
-            });
+            self.push_node(key, &e);
             self.tree.lru.added(1);
         }
         let old = self.shard.map.insert(key.0, e);
@@ -190,6 +219,31 @@ impl ShardGuard<'_> {
         self.maybe_filter_ring();
     }
 
+    /// Put the LRU node of `e` (under `key`, its `lru_seq` set) at the
+    /// ring's tail, and at the raw ring's if it is stored as is.
+    fn push_node(&mut self, key: SwapEntry, e: &ZswapEntry) {
+        let node = Node {
+            key: key.0,
+            seq: e.lru_seq,
+        };
+        self.shard.lru.ring.push_back(node);
+        if e.is_raw() {
+            self.shard.raw.push_back(node);
+        }
+    }
+
+    /// Take the raw ring's oldest live node (stale ones on the way are
+    /// dropped). Its LRU node stays where it is: writeback that switches
+    /// the entry leaves both stale.
+    pub fn pop_raw(&mut self) -> Option<Node> {
+        while let Some(n) = self.shard.raw.pop_front() {
+            if self.is_live(n) && self.shard.map[&n.key].is_raw() {
+                return Some(n);
+            }
+        }
+        None
+    }
+
     /// Take the ring's oldest node if its `seq` is at most `max_seq`.
     pub fn pop_lru(&mut self, max_seq: u64) -> Option<Node> {
         match self.shard.lru.ring.front() {
@@ -215,7 +269,8 @@ impl ShardGuard<'_> {
         if let Some(e) = self.shard.map.get_mut(&key.0) {
             debug_assert!(e.on_lru());
             e.lru_seq = seq;
-            self.shard.lru.ring.push_back(Node { key: key.0, seq });
+            let e = *e;
+            self.push_node(key, &e);
         }
     }
 
@@ -261,7 +316,8 @@ impl ShardGuard<'_> {
         if e.clean {
             e.clean = false;
             e.lru_seq = seq;
-            self.shard.lru.ring.push_back(Node { key: key.0, seq });
+            let e = *e;
+            self.push_node(key, &e);
             self.tree.lru.added(1);
             self.tree.clean.fetch_sub(1, Ordering::Relaxed);
         }
@@ -301,7 +357,8 @@ impl ShardGuard<'_> {
             if e.pinned {
                 e.pinned = false;
                 e.lru_seq = seq;
-                self.shard.lru.ring.push_back(Node { key: key.0, seq });
+                let e = *e;
+                self.push_node(key, &e);
                 self.tree.lru.added(1);
             }
         }
@@ -346,6 +403,11 @@ impl ShardGuard<'_> {
             let map = &s.map;
             s.clean
                 .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.clean));
+        }
+        if s.raw.len() > 2 * s.map.len() + RING_SLACK {
+            let map = &s.map;
+            s.raw
+                .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
         }
         if s.lru.ring.len() > 2 * s.map.len() + RING_SLACK {
             let map = &s.map;

@@ -28,6 +28,12 @@
 //!    pages are counted in `reject_reclaim_fail`, and the walk stops:
 //!    nothing leaves the pool unless its copy is on the device.
 //!
+//! Entries stored as is go first: a walk takes from the raw rings (see
+//! `tree`) while any has nodes, then from the LRU. They take the same steps
+//! (their LRU node stays behind and goes stale when they switch; a second
+//! walker that isolates the same entry from it loses the check of step 3
+//! and frees its slot).
+//!
 //! `lru_seq` is the identity check of step 3: it is unique for the life of
 //! the instance, whereas a handle can be freed and handed to a new entry of
 //! the same key in between.
@@ -154,9 +160,15 @@ impl Zswap {
             return res;
         };
         let mut unreturned = 0u64;
+        let mut raw_from = 0;
         while res.scanned < max_scan && res.stop.is_none() && !done(self) {
             if !self.writeback_possible() {
                 break;
+            }
+            if let Some(idx) = self.tree.raw_shard(raw_from) {
+                raw_from = idx + 1;
+                self.writeback_raw(dev, idx, max_scan, ctx, &mut res);
+                continue;
             }
             let Some((idx, second)) = self.tree.lru.oldest_shard() else {
                 res.stop = Some(ShrinkStop::Empty);
@@ -231,6 +243,44 @@ impl Zswap {
         Counters::add(&self.counters.shrink_scanned, res.scanned);
         Counters::add(&self.counters.shrink_rotated, res.rotated);
         res
+    }
+
+    /// One step of a walk on shard `idx`'s raw ring: entries stored as is
+    /// go before the LRU's order, with their second chance (a referenced
+    /// one is rotated on both rings), since writing one back frees a whole
+    /// page of pool.
+    fn writeback_raw(
+        &self,
+        dev: &SwapDevice,
+        idx: usize,
+        max_scan: u64,
+        ctx: &mut dyn CompressCtx,
+        res: &mut WalkResult,
+    ) {
+        let mut batch = Vec::with_capacity(WB_BATCH);
+        {
+            let mut g = self.tree.lock_index(idx);
+            while batch.len() < WB_BATCH && res.scanned < max_scan {
+                let Some(node) = g.pop_raw() else { break };
+                res.scanned += 1;
+                let key = SwapEntry(node.key);
+                let e = g.get_mut(key).expect("live node has an entry");
+                if e.referenced {
+                    e.referenced = false;
+                    g.requeue(key);
+                    res.rotated += 1;
+                    continue;
+                }
+                batch.push(self.isolate(node, e));
+            }
+        }
+        if !batch.is_empty() {
+            let (written, stop) = self.write_batch(dev, idx, batch, ctx);
+            res.written += written;
+            if stop.is_some() {
+                res.stop = stop;
+            }
+        }
     }
 
     /// Copy an unreferenced entry's object out (under the shard lock).
