@@ -511,7 +511,7 @@ fn concurrent_recompression_and_writeback_keep_content() {
 /// Page `i` of generation `gen`: text, or with `raw` a third of them
 /// random (stored as is).
 fn content(i: u64, gen: u64, raw: bool) -> Vec<u8> {
-    if raw && (i + gen) % 3 == 0 {
+    if raw && (i + gen).is_multiple_of(3) {
         let mut p = vec![0u8; PAGE_SIZE];
         Pattern::Random.fill(i, gen, &mut p);
         p
