@@ -70,7 +70,10 @@
 //!
 //! # Locking
 //! One mutex, a leaf: nothing else is taken under it. `munmap` of released
-//! arenas runs after it is dropped (they are unreachable by then);
+//! arenas runs after it is dropped (they are unreachable by then), and so
+//! do the `mmap` and the fault-in of a new huge arena (it is unreachable
+//! until added; its pages are counted as `pending` meanwhile, and another
+//! alloc that finds nothing waits on a condition variable for it);
 //! `MADV_DONTNEED` runs under it, since the pages it zaps must not be handed
 //! out before the call returns. The mutex also orders reuse: everything a
 //! span's last users did to its pages happens before the free that returns
@@ -236,6 +239,22 @@ impl Mapping {
         Ok(m)
     }
 
+    /// Fault a new huge arena in whole: one `MADV_POPULATE_WRITE`, one huge
+    /// page where the kernel has one; its pages become reserve when added.
+    fn populate(&self) {
+        // SAFETY: the whole arena is ours, fresh and not yet handed to any
+        // span; populating changes no byte a program could observe. A
+        // failure (an old kernel) only means the pages fault in on first
+        // touch; they are counted either way.
+        unsafe {
+            libc::madvise(
+                self.0.as_ptr().cast(),
+                ARENA_BYTES,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+    }
+
     fn map(len: usize) -> Result<*mut libc::c_void, AllocError> {
         // SAFETY: a fresh anonymous private mapping at an address of the
         // kernel's choosing; it aliases nothing and the result is checked.
@@ -312,12 +331,20 @@ struct Inner {
     huge_arenas: u64,
     /// Clean pages of huge arenas: faulted in with their huge page, held.
     reserve_pages: u64,
+    /// A huge arena is being mapped and faulted in with the lock dropped:
+    /// its pages, held already (counted before they appear, so the total
+    /// never under-reports). Others that need a new arena meanwhile wait
+    /// for it (`PageAlloc::grown`) instead of faulting in one of their own.
+    pending_pages: u64,
 }
 
 /// The provider. `held_bytes` and friends are mirrored in atomics so readers
 /// of the totals take no lock.
 pub(crate) struct PageAlloc {
     inner: Mutex<Inner>,
+    /// Signalled when a huge arena faulted in outside the lock is added
+    /// (or failed).
+    grown: parking_lot::Condvar,
     held: AtomicU64,
     cached: AtomicU64,
     arenas: AtomicU64,
@@ -347,7 +374,9 @@ impl PageAlloc {
                 huge_ok: huge && huge_pages_available(),
                 huge_arenas: 0,
                 reserve_pages: 0,
+                pending_pages: 0,
             }),
+            grown: parking_lot::Condvar::new(),
             held: AtomicU64::new(0),
             cached: AtomicU64::new(0),
             arenas: AtomicU64::new(0),
@@ -384,33 +413,59 @@ impl PageAlloc {
 
     /// A run of `pages` (1..=MAX_RUN_PAGES) contiguous pages. Its bytes are
     /// whatever they were: zero when fresh, stale when reused.
+    ///
+    /// A new huge arena is faulted in with the lock dropped: clearing its
+    /// 2 MiB takes milliseconds (more where the host backs guest memory
+    /// lazily), and every store and free of the pool would wait that long.
     pub(crate) fn alloc(&self, pages: usize) -> Result<PageRun, AllocError> {
         assert!((1..=MAX_RUN_PAGES).contains(&pages));
         let mut g = self.inner.lock();
-        let inner = &mut *g;
-        let r = if let Some(run) = inner.take_cached(pages) {
-            run
-        } else {
-            let grow = inner.grow_pages(pages);
-            match inner.take_clean(pages, grow) {
-                Some(run) => run,
-                None if inner.huge_fits() => {
-                    let a = inner.add_arena(Mapping::new_huge()?, true);
-                    self.arenas.fetch_add(1, Ordering::Relaxed);
-                    inner.fault_huge(a);
-                    inner
-                        .take_clean_in(a, pages, pages)
-                        .expect("a new arena is clean")
-                }
-                None => {
-                    let a = inner.add_arena(Mapping::new()?, false);
-                    self.arenas.fetch_add(1, Ordering::Relaxed);
-                    inner
-                        .take_clean_in(a, pages, grow)
-                        .expect("a new arena is clean")
-                }
+        let r = loop {
+            let inner = &mut *g;
+            if let Some(run) = inner.take_cached(pages) {
+                break run;
             }
+            let grow = inner.grow_pages(pages);
+            if let Some(run) = inner.take_clean(pages, grow) {
+                break run;
+            }
+            if inner.pending_pages > 0 {
+                // Another thread is faulting in a huge arena: take from it.
+                self.grown.wait(&mut g);
+                continue;
+            }
+            if inner.huge_fits() {
+                inner.pending_pages = ARENA_PAGES as u64;
+                self.publish(inner);
+                let made = parking_lot::MutexGuard::unlocked(&mut g, || {
+                    let m = Mapping::new_huge()?;
+                    m.populate();
+                    Ok::<_, AllocError>(m)
+                });
+                let inner = &mut *g;
+                inner.pending_pages = 0;
+                self.grown.notify_all();
+                let m = match made {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.publish(inner);
+                        return Err(e);
+                    }
+                };
+                let a = inner.add_arena(m, true);
+                self.arenas.fetch_add(1, Ordering::Relaxed);
+                inner.reserve_pages += ARENA_PAGES as u64;
+                break inner
+                    .take_clean_in(a, pages, pages)
+                    .expect("a new arena is clean");
+            }
+            let a = inner.add_arena(Mapping::new()?, false);
+            self.arenas.fetch_add(1, Ordering::Relaxed);
+            break inner
+                .take_clean_in(a, pages, grow)
+                .expect("a new arena is clean");
         };
+        let inner = &mut *g;
         inner.live_pages += pages as u64;
         self.publish(inner);
         Ok(r)
@@ -466,7 +521,8 @@ impl PageAlloc {
 
     fn publish(&self, inner: &mut Inner) {
         let p = PAGE_SIZE as u64;
-        let held = inner.live_pages + inner.cached_pages + inner.reserve_pages;
+        let held =
+            inner.live_pages + inner.cached_pages + inner.reserve_pages + inner.pending_pages;
         self.held.store(held * p, Ordering::Relaxed);
         self.cached.store(inner.cached_pages * p, Ordering::Relaxed);
         self.reserve
@@ -554,19 +610,6 @@ impl Inner {
     /// worth of live pages, so a huge page is not held for a few objects.
     fn huge_fits(&self) -> bool {
         self.huge_ok && self.live_pages >= ARENA_PAGES as u64
-    }
-
-    /// Fault in new huge arena `a` whole: one `MADV_POPULATE_WRITE`, one
-    /// huge page where the kernel has one. All its pages become reserve.
-    fn fault_huge(&mut self, a: u32) {
-        let ar = self.arenas[a as usize].as_mut().expect("new arena");
-        // SAFETY: the whole arena is ours and clean; populating changes no
-        // byte a program could observe. A failure (an old kernel) only means
-        // the pages fault in on first touch; they are counted either way.
-        unsafe {
-            libc::madvise(ar.base().cast(), ARENA_BYTES, libc::MADV_POPULATE_WRITE);
-        }
-        self.reserve_pages += ARENA_PAGES as u64;
     }
 
     /// Clean pages for a run of `n`: the current arena first, then any.
@@ -1132,6 +1175,58 @@ mod tests {
                 });
             }
         });
+        pa.assert_consistent();
+        assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
+    }
+
+    /// Threads that run out of room at once share the huge arena one of
+    /// them faults in with the lock dropped: no run is handed out twice,
+    /// the memory being faulted in is counted all along, and no thread maps
+    /// an arena of its own while another is growing.
+    #[test]
+    fn concurrent_growth_shares_each_new_huge_arena() {
+        if !huge_pages_available() {
+            eprintln!("skipped: the kernel offers no 2 MiB transparent huge pages");
+            return;
+        }
+        const THREADS: u64 = 4;
+        const PER: usize = 2 * ARENA_PAGES;
+        let pa = std::sync::Arc::new(PageAlloc::new(true));
+        let start = std::sync::Arc::new(std::sync::Barrier::new(THREADS as usize));
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (pa, start) = (pa.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let mut runs = Vec::with_capacity(PER);
+                    for i in 0..PER {
+                        let r = pa.alloc(1).unwrap();
+                        fill(&r, t << 32 | i as u64);
+                        // Whatever is faulting in, the total covers every
+                        // run handed out.
+                        assert!(pa.held_bytes() >= PAGE_SIZE as u64);
+                        runs.push(r);
+                    }
+                    runs
+                })
+            })
+            .collect();
+        let runs: Vec<Vec<PageRun>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        for (t, rs) in runs.iter().enumerate() {
+            for (i, r) in rs.iter().enumerate() {
+                check(r, (t as u64) << 32 | i as u64);
+            }
+        }
+        pa.assert_consistent();
+        // 8 arenas' worth of pages: a small first arena, the rest huge, and
+        // never more than one arena grown beyond what the runs need.
+        let need = (THREADS as usize * PER).div_ceil(ARENA_PAGES) as u64;
+        assert!(pa.arenas() <= need + 1, "{} arenas for {need}", pa.arenas());
+        assert!(pa.huge_arenas() >= need - 2, "{} huge", pa.huge_arenas());
+        for r in runs.into_iter().flatten() {
+            pa.free(r);
+        }
+        pa.trim(0);
         pa.assert_consistent();
         assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
     }
