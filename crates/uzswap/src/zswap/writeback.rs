@@ -54,6 +54,7 @@ use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
 use super::lru::Node;
 use super::stats::Counters;
 use super::swap_map::DevicePlace;
+use super::tree::ShardGuard;
 use super::{LoadError, Zswap};
 use crate::compress::{CompressCtx, CompressorId};
 use crate::swap::{SwapDevice, SwapSlot};
@@ -199,17 +200,9 @@ impl Zswap {
                         }
                         continue;
                     }
-                    res.scanned += 1;
-                    let key = SwapEntry(node.key);
-                    let e = g.get_mut(key).expect("live node has an entry");
-                    if e.referenced {
-                        e.referenced = false;
-                        g.requeue(key);
-                        res.rotated += 1;
-                        // Kernel: a rotation widens the protected region.
-                        self.tree.lru.protect(1);
+                    let Some(e) = self.second_chance(&mut g, node, &mut res) else {
                         continue;
-                    }
+                    };
                     if mode.recompress && self.wants_recompress(e) {
                         dense.push(self.isolate(node, e));
                     } else {
@@ -229,13 +222,7 @@ impl Zswap {
                     unreturned = 0;
                 }
             }
-            if !batch.is_empty() {
-                let (written, stop) = self.write_batch(dev, idx, batch, ctx);
-                res.written += written;
-                if stop.is_some() {
-                    res.stop = stop;
-                }
-            }
+            self.write_counted(dev, idx, batch, ctx, &mut res);
         }
         if unreturned > 0 {
             self.pool.compact();
@@ -262,24 +249,52 @@ impl Zswap {
             let mut g = self.tree.lock_index(idx);
             while batch.len() < WB_BATCH && res.scanned < max_scan {
                 let Some(node) = g.pop_raw() else { break };
-                res.scanned += 1;
-                let key = SwapEntry(node.key);
-                let e = g.get_mut(key).expect("live node has an entry");
-                if e.referenced {
-                    e.referenced = false;
-                    g.requeue(key);
-                    res.rotated += 1;
-                    continue;
+                if let Some(e) = self.second_chance(&mut g, node, res) {
+                    batch.push(self.isolate(node, e));
                 }
-                batch.push(self.isolate(node, e));
             }
         }
-        if !batch.is_empty() {
-            let (written, stop) = self.write_batch(dev, idx, batch, ctx);
-            res.written += written;
-            if stop.is_some() {
-                res.stop = stop;
-            }
+        self.write_counted(dev, idx, batch, ctx, res);
+    }
+
+    /// A walk meets the live entry of `node`: if it is referenced it loses
+    /// the bit and goes to the tail (second chance; the kernel widens the
+    /// protected region by it), else it is returned for the taking.
+    fn second_chance<'g>(
+        &self,
+        g: &'g mut ShardGuard<'_>,
+        node: Node,
+        res: &mut WalkResult,
+    ) -> Option<&'g mut ZswapEntry> {
+        res.scanned += 1;
+        let key = SwapEntry(node.key);
+        let e = g.get_mut(key).expect("live node has an entry");
+        if !e.referenced {
+            return g.get_mut(key);
+        }
+        e.referenced = false;
+        g.requeue(key);
+        res.rotated += 1;
+        self.tree.lru.protect(1);
+        None
+    }
+
+    /// Write `batch` (isolated from shard `idx`) back and count it in `res`.
+    fn write_counted(
+        &self,
+        dev: &SwapDevice,
+        idx: usize,
+        batch: Vec<Candidate>,
+        ctx: &mut dyn CompressCtx,
+        res: &mut WalkResult,
+    ) {
+        if batch.is_empty() {
+            return;
+        }
+        let (written, stop) = self.write_batch(dev, idx, batch, ctx);
+        res.written += written;
+        if stop.is_some() {
+            res.stop = stop;
         }
     }
 
