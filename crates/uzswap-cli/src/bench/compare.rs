@@ -74,6 +74,12 @@ pub struct Args {
     /// default, handler threads.
     #[arg(long, value_enum, default_value = "signal")]
     pub uzswap_handler: crate::usemem::Handler,
+    /// Run the whole matrix this many times, round after round, and report
+    /// each cell's median run by throughput (a run that failed in any round
+    /// is reported instead). On a shared machine one run's speed moves by
+    /// 15% and more; rounds spread that over every backend alike.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+    pub repeat: u32,
 }
 
 /// The kernel cell the equal-memory cell matches, and the equal-memory cell.
@@ -155,6 +161,38 @@ pub struct Cell {
     pub zswap_pool_charged: Option<bool>,
     /// The equal-memory cell: the kernel cell whose footprint is its budget.
     pub eqmem_of: Option<String>,
+    /// With `--repeat`: the throughput of each round's run, in order (this
+    /// cell is the median one).
+    pub runs_mbps: Vec<f64>,
+}
+
+/// One cell per position from `rounds` (each the same matrix, in the same
+/// order): the run with the median throughput, or the first failed run if
+/// any round failed, with every round's throughput in `runs_mbps`.
+pub fn median_cells(rounds: Vec<Vec<Cell>>) -> Vec<Cell> {
+    let n = rounds.first().map_or(0, Vec::len);
+    debug_assert!(rounds.iter().all(|r| r.len() == n));
+    let mut cols: Vec<Vec<Cell>> = (0..n).map(|_| Vec::new()).collect();
+    for round in rounds {
+        for (i, c) in round.into_iter().enumerate() {
+            cols[i].push(c);
+        }
+    }
+    cols.into_iter()
+        .map(|mut runs| {
+            let all: Vec<f64> = runs.iter().map(|c| c.throughput_mbps).collect();
+            let mut pick = match runs.iter().position(|c| !c.ok) {
+                Some(bad) => runs.swap_remove(bad),
+                None => {
+                    runs.sort_by(|a, b| a.throughput_mbps.total_cmp(&b.throughput_mbps));
+                    // The lower middle of an even count: never the better of two.
+                    runs.swap_remove((runs.len() - 1) / 2)
+                }
+            };
+            pick.runs_mbps = all;
+            pick
+        })
+        .collect()
 }
 
 fn num(v: &Value, path: &[&str]) -> Option<f64> {
@@ -210,6 +248,7 @@ pub fn cell_from_json(pattern: &str, col: &Column, r: &Value, cpu_s: f64) -> Cel
         zswap_pool_peak_bytes: num(r, &["kernel", "zswap_pool_peak_bytes"]).map(|b| b as u64),
         zswap_pool_charged: r["kernel"]["zswap_pool_charged"].as_bool(),
         eqmem_of: None,
+        runs_mbps: Vec::new(),
     }
 }
 
@@ -519,7 +558,8 @@ pub fn run(a: Args) -> Result<()> {
         .collect::<Vec<_>>()
         .join(" ");
     let eqmem = !a.no_eqmem && cols.iter().any(|c| c.label == EQMEM_KERNEL);
-    let total = a.patterns.len() * (cols.len() + usize::from(eqmem));
+    let per_round = a.patterns.len() * (cols.len() + usize::from(eqmem));
+    let total = per_round * a.repeat as usize;
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -527,7 +567,7 @@ pub fn run(a: Args) -> Result<()> {
             .progress_chars("=> "),
     );
     let t0 = Instant::now();
-    let mut cells = Vec::with_capacity(total);
+    let mut rounds = Vec::with_capacity(a.repeat as usize);
     let run_one = |p: uzswap::Pattern, col: &Column, budget: u64| {
         bar.set_message(format!("{} / {}", p.name(), col.label));
         let t = Instant::now();
@@ -548,26 +588,31 @@ pub fn run(a: Args) -> Result<()> {
         bar.inc(1);
         cell
     };
-    for &p in &a.patterns {
-        for col in &cols {
-            let cell = run_one(p, col, a.budget);
-            let matched = (eqmem && col.label == EQMEM_KERNEL).then(|| eqmem_budget(&cell));
-            cells.push(cell);
-            // The equal-memory cell right after the kernel cell it matches.
-            let mut eq = match matched {
-                None => continue,
-                Some(Ok(budget)) => run_one(p, &eqmem_column(), budget),
-                Some(Err(e)) => Cell {
-                    pattern: p.name().into(),
-                    backend: EQMEM_LABEL.into(),
-                    error: Some(e),
-                    ..Default::default()
-                },
-            };
-            eq.eqmem_of = Some(EQMEM_KERNEL.into());
-            cells.push(eq);
+    for _ in 0..a.repeat {
+        let mut cells = Vec::with_capacity(per_round);
+        for &p in &a.patterns {
+            for col in &cols {
+                let cell = run_one(p, col, a.budget);
+                let matched = (eqmem && col.label == EQMEM_KERNEL).then(|| eqmem_budget(&cell));
+                cells.push(cell);
+                // The equal-memory cell right after the kernel cell it matches.
+                let mut eq = match matched {
+                    None => continue,
+                    Some(Ok(budget)) => run_one(p, &eqmem_column(), budget),
+                    Some(Err(e)) => Cell {
+                        pattern: p.name().into(),
+                        backend: EQMEM_LABEL.into(),
+                        error: Some(e),
+                        ..Default::default()
+                    },
+                };
+                eq.eqmem_of = Some(EQMEM_KERNEL.into());
+                cells.push(eq);
+            }
         }
+        rounds.push(cells);
     }
+    let cells = median_cells(rounds);
     bar.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64();
 
@@ -575,12 +620,17 @@ pub fn run(a: Args) -> Result<()> {
     let fp = footprints(&cells);
     println!("{}", markdown(&cells));
     println!(
-        "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified), uzswap faults resolved by: {}; {:.0} s in all\n",
+        "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified), uzswap faults resolved by: {}; {}{:.0} s in all\n",
         a.size >> 20,
         a.budget >> 20,
         a.workers,
         a.folio >> 10,
         handler_name(a.uzswap_handler),
+        if a.repeat > 1 {
+            format!("median of {} rounds per cell; ", a.repeat)
+        } else {
+            String::new()
+        },
         wall
     );
     for x in &t {
@@ -635,6 +685,7 @@ pub fn run(a: Args) -> Result<()> {
                 "workers": a.workers,
                 "folio_bytes": a.folio,
                 "uzswap_handler": handler_name(a.uzswap_handler),
+                "repeat": a.repeat,
                 "wall_s": wall,
                 "cells": cells,
                 "targets": t,
@@ -767,6 +818,37 @@ fn plot(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repeated_rounds_report_the_median_run_or_a_failure() {
+        let cell = |mbps: f64, ok: bool| Cell {
+            pattern: "index".into(),
+            backend: "uzswap-lz4".into(),
+            ok,
+            throughput_mbps: mbps,
+            ..Default::default()
+        };
+        let rounds = vec![
+            vec![cell(300.0, true), cell(100.0, true)],
+            vec![cell(500.0, true), cell(900.0, false)],
+            vec![cell(400.0, true), cell(200.0, true)],
+        ];
+        let m = median_cells(rounds);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].throughput_mbps, 400.0);
+        assert_eq!(m[0].runs_mbps, vec![300.0, 500.0, 400.0]);
+        assert!(!m[1].ok, "a failed round is what the cell reports");
+        assert_eq!(m[1].throughput_mbps, 900.0);
+        // Of an even count, the lower middle: never the better of two.
+        let m = median_cells(vec![vec![cell(300.0, true)], vec![cell(500.0, true)]]);
+        assert_eq!(m[0].throughput_mbps, 300.0);
+        // One round: that run.
+        let m = median_cells(vec![vec![cell(250.0, true)]]);
+        assert_eq!(
+            (m[0].throughput_mbps, m[0].runs_mbps.clone()),
+            (250.0, vec![250.0])
+        );
+    }
 
     #[test]
     fn columns_parse() {
