@@ -19,14 +19,16 @@
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
 //!   STORED    --missing read fault, keep_copy: load keeping a
 //!               clean copy, install write-protected (BUSY)----> CLEAN
-//!   STORED    --missing read fault off the chunk's first page,
-//!               partial_faults: load that page's group keeping
-//!               clean copies, install it write-protected
+//!   STORED    --missing read fault, partial_faults, off the
+//!               chunk's first page (or on it, the chunk before
+//!               not ending mapped): load that page's group
+//!               keeping clean copies (from the pool or the
+//!               device), install it write-protected, no REF
 //!               (BUSY)----------------------------------------> PARTIAL(m)
 //!   PARTIAL   --missing read fault in another group, fewer than
-//!               4 mapped, not next after a mapped one, not the
-//!               first page, not written back: load and
-//!               install that group the same way (BUSY)-------> PARTIAL(m')
+//!               4 mapped, not next after a mapped one: load and
+//!               install that group the same way, REF
+//!               (BUSY)----------------------------------------> PARTIAL(m')
 //!   PARTIAL   --any other missing read fault: load the rest
 //!               keeping clean copies, install them
 //!               write-protected (BUSY)-------------------------> CLEAN
@@ -174,10 +176,11 @@ pub struct Config {
     /// to 64 KiB; write-protected, its copies kept clean) and the chunk
     /// becomes PARTIAL; further random reads add their groups, up to four.
     /// A fifth, a read of the group after a mapped one or of the first page
-    /// (a forward scan), a write, or `WillNeed` brings the whole chunk. A
-    /// random 4 KiB read then costs one page's decompression (or one
-    /// page's device read, where it was written back) and charge, and
-    /// eviction one page's zap, not a chunk's.
+    /// where the chunk before ends mapped (a forward scan), a write, or
+    /// `WillNeed` brings the whole chunk. A random 4 KiB read then costs
+    /// one page's decompression (or one page's device read, where it was
+    /// written back) and charge, and eviction one page's zap, not a
+    /// chunk's.
     pub partial_faults: bool,
     /// A fault on never-touched memory zero-fills the untouched chunks of
     /// the aligned window of this many bytes around it (while under the
