@@ -5,9 +5,9 @@
 //!
 //! CLOCK: the fault is the only reference signal userspace gets for free, so
 //! a chunk is REF when installed (but for a partial chunk's first group: a
-//! single random read is taken for a use-once); the hand clears REF, then ACTIVE (set by a
-//! workingset refault), then REJECTED (a refused store), and takes a chunk
-//! that has none. Clean chunks (a clean copy kept in the cache) are taken like
+//! single random read is taken for a use-once); the hand clears REF, then
+//! ACTIVE (set by a workingset refault), then REJECTED (a refused store),
+//! and takes a chunk that has none. Clean chunks (a clean copy kept in the cache) are taken like
 //! any other and cost only a zap once their copy is claimed. Before evicting
 //! anything, the evictor frees clean copies: they keep no chunk resident.
 //!

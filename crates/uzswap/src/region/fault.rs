@@ -403,9 +403,9 @@ const PARTIAL_MAX_GROUPS: u32 = 4;
 /// group goes in write-protected with its copies kept, so that eviction is
 /// a zap and a write completes the chunk. A fault on the first page installs
 /// the whole chunk where the chunk before ends mapped (`scan_enters`), and
-/// so does one on the group right after a mapped one:
-/// that is how a forward scan enters and walks a chunk, and it would
-/// otherwise pay a fault per group. A page written back comes in alone too:
+/// so does one on the group right after a mapped one: that is how a forward
+/// scan enters and walks a chunk, and it would otherwise pay a fault per
+/// group. A page written back comes in alone too:
 /// a device read of the chunk's slots costs about the same as of one, but
 /// the whole chunk would be charged for the one page a random read wants,
 /// and under a tight budget those charges evict the hot chunks (measured on

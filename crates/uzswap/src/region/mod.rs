@@ -196,8 +196,8 @@ pub struct Config {
     /// so the rest of the budget holds resident chunks.
     pub pool_share_percent: u32,
     /// Raise the pool's share above `pool_share_percent` while the pages
-    /// not resident would then all fit in the pool compressed, with a third
-    /// of the budget left resident (see `region/share.rs`).
+    /// not resident would then all fit in the pool compressed, with at least
+    /// 30% of the budget left resident (see `region/share.rs`).
     pub adapt_pool_share: bool,
     /// Register a region with userfaultfd only once the instance's regions
     /// together are larger than the budget (or a `PageOut` hint needs it).

@@ -151,11 +151,18 @@ impl Drop for ShardGuard<'_> {
         self.tree
             .lru
             .publish_head(self.idx, self.shard.lru.ring.front());
+        // Every unlock of every shard passes here: write the shared word
+        // only when this shard's bit changes, so stores and loads on other
+        // CPUs do not bounce its cache line. Bit `idx` is written only here,
+        // under this shard's lock (still held: the guard field drops after
+        // this body), so the check cannot race with another writer of it.
         let bit = 1u64 << self.idx;
-        if self.shard.raw.is_empty() {
-            self.tree.raw_shards.fetch_and(!bit, Ordering::Relaxed);
-        } else {
+        let has = !self.shard.raw.is_empty();
+        let had = self.tree.raw_shards.load(Ordering::Relaxed) & bit != 0;
+        if has && !had {
             self.tree.raw_shards.fetch_or(bit, Ordering::Relaxed);
+        } else if had && !has {
+            self.tree.raw_shards.fetch_and(!bit, Ordering::Relaxed);
         }
     }
 }
