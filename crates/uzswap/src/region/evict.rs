@@ -11,6 +11,9 @@
 //! any other and cost only a zap once their copy is claimed. Before evicting
 //! anything, the evictor frees clean copies: they keep no chunk resident.
 //!
+//! Zaps are gathered per region and made many ranges per call (`zap.rs`):
+//! a chunk stays EVICTING from its store until its zap.
+//!
 //! Locking: `evict_lock` holds the CLOCK hand and serialises batches (the
 //! evictor thread's, the fault handler's backstop, `PageOut` hints). Inside
 //! it, a region's `live` lock is read-held while its chunks are scanned or
@@ -18,6 +21,7 @@
 
 use super::chunk::{self, *};
 use super::{RegionInner, Shared};
+use crate::zswap::SwapEntry;
 use crate::PAGE_SIZE;
 use std::ops::Range;
 use std::sync::atomic::Ordering::*;
@@ -342,8 +346,10 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
 }
 
 /// Evict `victims` (all EVICTING, owned by us), run by run of contiguous
-/// whole chunks so each run costs one write-protect and one zap; a partial
-/// chunk's mapped pages are claimed (or stored) and the chunk zapped once.
+/// whole chunks so each run costs at most one write-protect; a partial
+/// chunk's mapped pages are claimed (or stored). The stored chunks of a
+/// region are zapped together (`Zaps`), so the batch pays a TLB shootdown
+/// per up to `ZAP_RANGES` ranges, not one per chunk.
 ///
 /// Returns the usage it freed: resident bytes uncharged minus the pool
 /// pages the stores took. A huge arena mapped during the batch is charged
@@ -359,51 +365,173 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
     };
     let pool_before = taken();
     let mut uncharged = 0i64;
+    let mut zaps = Zaps::default();
     let mut i = 0;
     while i < victims.len() {
-        if victims[i].from == PARTIAL {
-            uncharged += evict_partial(sh, &victims[i]);
-            i += 1;
+        // The victims of one region, held live from store to zap: its drop
+        // uncharges what its words say is mapped, and ours already went
+        // at the store.
+        let r = &victims[i].r;
+        let end = i + victims[i..]
+            .iter()
+            .take_while(|v| Arc::ptr_eq(&v.r, r))
+            .count();
+        let live = r.live.read();
+        if !*live {
+            // Torn down between selection and now: the region's drop
+            // counted these chunks as resident and uncharged them.
+            i = end;
             continue;
         }
-        let mut j = i + 1;
-        while j < victims.len()
-            && victims[j].from != PARTIAL
-            && Arc::ptr_eq(&victims[j].r, &victims[i].r)
-            && victims[j].ci == victims[j - 1].ci + 1
-        {
-            j += 1;
+        while i < end {
+            if victims[i].from == PARTIAL {
+                uncharged += evict_partial(sh, &victims[i], &mut zaps);
+                i += 1;
+            } else {
+                let mut j = i + 1;
+                while j < end
+                    && victims[j].from != PARTIAL
+                    && victims[j].ci == victims[j - 1].ci + 1
+                {
+                    j += 1;
+                }
+                uncharged += evict_run(sh, &victims[i..j], &mut zaps);
+                i = j;
+            }
+            if zaps.full() {
+                uncharged -= zaps.flush(sh, r);
+            }
         }
-        uncharged += evict_run(sh, &victims[i..j]);
-        i = j;
+        uncharged -= zaps.flush(sh, r);
+        drop(live);
     }
     sh.note_peak();
     uncharged - (taken() - pool_before)
 }
 
-/// Evict one run of contiguous chunks of one region. Returns bytes
-/// uncharged from resident.
-fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
-    let r = &run[0].r;
-    let live = r.live.read();
-    if !*live {
-        // Torn down between selection and now: the region's drop counted
-        // these chunks as resident and uncharged them; nothing left to do.
-        return 0;
+/// Ranges a batch's zaps gather before one call makes them: bounds how
+/// long a chunk stays stored but still mapped (uncharged, and any thread
+/// faulting on it parked) to about what one run of whole chunks was.
+const ZAP_RANGES: usize = 256;
+const ZAP_BYTES: usize = 4 << 20;
+
+/// Stored victims of one region waiting for their zap: their content is
+/// in the cache and their resident charge gone; they stay EVICTING until
+/// zapped, then become STORED.
+#[derive(Default)]
+struct Zaps {
+    ranges: Vec<Range<usize>>,
+    what: Vec<Zapped>,
+    bytes: usize,
+}
+
+enum Zapped {
+    /// A stretch of whole chunks (indexes `cis`).
+    Run { cis: Range<usize> },
+    /// A partial chunk, with the keys of the copies its mapped pages now
+    /// own (claimed or stored) and the bytes it was charged.
+    Partial {
+        ci: usize,
+        taken: Vec<SwapEntry>,
+        bytes: u64,
+    },
+}
+
+impl Zaps {
+    fn push(&mut self, range: Range<usize>, what: Zapped) {
+        self.bytes += range.len();
+        self.ranges.push(range);
+        self.what.push(what);
     }
+
+    fn full(&self) -> bool {
+        self.ranges.len() >= ZAP_RANGES || self.bytes >= ZAP_BYTES
+    }
+
+    /// Zap the gathered chunks of `r` (whose `live` lock the caller holds)
+    /// and settle each: STORED once zapped; where a zap failed, mapped as
+    /// before with its copies dropped (they are no longer the only
+    /// copies). Returns the bytes charged back for those.
+    fn flush(&mut self, sh: &Shared, r: &RegionInner) -> i64 {
+        if self.ranges.is_empty() {
+            return 0;
+        }
+        // SAFETY: these chunks are ours (EVICTING) under the caller's
+        // `live`, their mapped pages' content is in the cache, and any
+        // writer is parked on their write-protection.
+        let failed = unsafe { sh.zapper.zap(&self.ranges) };
+        let mut failed = failed.into_iter().peekable();
+        let mut recharged = 0i64;
+        for (k, what) in self.what.drain(..).enumerate() {
+            let err = failed.next_if(|(i, _)| *i == k).map(|(_, e)| e);
+            match (what, err) {
+                (Zapped::Run { cis }, None) => {
+                    for ci in cis {
+                        stored_now(sh, r, ci);
+                    }
+                }
+                (Zapped::Partial { ci, .. }, None) => stored_now(sh, r, ci),
+                (Zapped::Run { cis }, Some(e)) => {
+                    // Not expected on a live anonymous mapping; undo instead
+                    // of leaving mapped pages marked STORED.
+                    eprintln!("uzswap: evictor: MADV_DONTNEED: {e}");
+                    let bytes = (cis.len() * sh.chunk) as u64;
+                    sh.resident.fetch_add(bytes, Relaxed);
+                    recharged += bytes as i64;
+                    for ci in cis {
+                        sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
+                        let a = r.chunk_addr(ci, sh.chunk);
+                        let _ = sh
+                            .uffd
+                            .remove_write_protection(a as *mut _, sh.chunk, false);
+                        chunk::release(&r.state[ci], RESIDENT, 0, REJECTED);
+                        sh.wake(a, sh.chunk);
+                    }
+                }
+                (Zapped::Partial { ci, taken, bytes }, Some(e)) => {
+                    eprintln!("uzswap: evictor: MADV_DONTNEED: {e}");
+                    // Still mapped and protected, so PARTIAL again; the
+                    // copies claimed or stored just now are no longer clean
+                    // copies, so they are dropped.
+                    sh.resident.fetch_add(bytes, Relaxed);
+                    recharged += bytes as i64;
+                    for k in taken {
+                        sh.zswap.invalidate(k);
+                    }
+                    if chunk::release(&r.state[ci], PARTIAL, 0, REJECTED) {
+                        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+                    }
+                }
+            }
+        }
+        self.ranges.clear();
+        self.bytes = 0;
+        recharged
+    }
+}
+
+/// Evict one run of contiguous chunks of one region (its `live` lock held
+/// by the caller): store each, or claim a clean one's copy, and gather the
+/// stored ones' zaps. Returns bytes uncharged from resident.
+fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps) -> i64 {
+    let r = &run[0].r;
     let chunk = sh.chunk;
     let start = r.chunk_addr(run[0].ci, chunk);
     let len = run.len() * chunk;
     // 1. Write-protect: from here on a write traps to the handler, which
-    // parks it on the chunk; reads go on.
-    if let Err(e) = sh.uffd.write_protect(start as *mut _, len) {
-        eprintln!("uzswap: evictor: write-protect failed: {e}");
-        for v in run {
-            if chunk::release(&r.state[v.ci], v.from, 0, REJECTED) {
-                sh.wake(r.chunk_addr(v.ci, chunk), chunk);
+    // parks it on the chunk; reads go on. Clean chunks are protected since
+    // they were installed, so a run of them needs no call (nor the TLB
+    // shootdown that comes with one).
+    if run.iter().any(|v| v.from != CLEAN) {
+        if let Err(e) = sh.uffd.write_protect(start as *mut _, len) {
+            eprintln!("uzswap: evictor: write-protect failed: {e}");
+            for v in run {
+                if chunk::release(&r.state[v.ci], v.from, 0, REJECTED) {
+                    sh.wake(r.chunk_addr(v.ci, chunk), chunk);
+                }
             }
+            return 0;
         }
-        return 0;
     }
     // 2-3. Read and store each chunk; the memory is stable under the
     // write-protection, so the store reads it in place.
@@ -453,7 +581,7 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
         }
     }
     let uncharged = (stored.iter().filter(|&&s| s).count() * chunk) as u64;
-    // 4. Zap the stored chunks, one madvise per contiguous stretch.
+    // 4. Gather the zaps, one range per contiguous stretch of stored chunks.
     let mut k = 0;
     while k < run.len() {
         if !stored[k] {
@@ -465,33 +593,14 @@ fn evict_run(sh: &Shared, run: &[Victim]) -> i64 {
             m += 1;
         }
         let a = r.chunk_addr(run[k].ci, chunk);
-        // SAFETY: these chunks are ours (EVICTING), their contents are in
-        // the cache, and any writer is parked on the write-protection.
-        let rc = unsafe { libc::madvise(a as *mut _, (m - k) * chunk, libc::MADV_DONTNEED) };
-        if rc != 0 {
-            // Not expected on a live anonymous mapping; undo instead of
-            // leaving mapped pages marked STORED.
-            eprintln!(
-                "uzswap: evictor: MADV_DONTNEED: {}",
-                std::io::Error::last_os_error()
-            );
-            sh.resident.fetch_add(((m - k) * chunk) as u64, Relaxed);
-            for v in &run[k..m] {
-                sh.zswap.invalidate_range(sh.entry(r, v.ci), 1 << sh.order);
-                let a = r.chunk_addr(v.ci, chunk);
-                let _ = sh.uffd.remove_write_protection(a as *mut _, chunk, false);
-                chunk::release(&r.state[v.ci], RESIDENT, 0, REJECTED);
-                sh.wake(a, chunk);
-            }
-            k = m;
-            continue;
-        }
-        for v in &run[k..m] {
-            stored_now(sh, r, v.ci);
-        }
+        zaps.push(
+            a..a + (m - k) * chunk,
+            Zapped::Run {
+                cis: run[k].ci..run[m - 1].ci + 1,
+            },
+        );
         k = m;
     }
-    drop(live);
     uncharged as i64
 }
 
@@ -511,14 +620,11 @@ fn stored_now(sh: &Shared, r: &RegionInner, ci: usize) {
 
 /// Evict partial chunk `v`: its mapped pages are write-protected since they
 /// were installed, so their clean copies are claimed (or, where the cache
-/// dropped one, the page is stored afresh) and the pages zapped. Returns
-/// bytes uncharged from resident.
-fn evict_partial(sh: &Shared, v: &Victim) -> i64 {
+/// dropped one, the page is stored afresh) and the chunk's zap gathered
+/// (its region's `live` lock is held by the caller). Returns bytes
+/// uncharged from resident.
+fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
     let r = &v.r;
-    let live = r.live.read();
-    if !*live {
-        return 0;
-    }
     let base = r.chunk_addr(v.ci, sh.chunk);
     let first = sh.entry(r, v.ci);
     let mut taken = Vec::new();
@@ -558,27 +664,14 @@ fn evict_partial(sh: &Shared, v: &Victim) -> i64 {
     }
     let bytes = (taken.len() * PAGE_SIZE) as u64;
     sh.resident.fetch_sub(bytes, Relaxed);
-    // One call for the chunk: its other pages are not mapped.
-    // SAFETY: the chunk is ours (EVICTING), the mapped pages' content is in
-    // the cache, and a writer would be parked on their write-protection.
-    let rc = unsafe { libc::madvise(base as *mut _, sh.chunk, libc::MADV_DONTNEED) };
-    if rc != 0 {
-        eprintln!(
-            "uzswap: evictor: MADV_DONTNEED: {}",
-            std::io::Error::last_os_error()
-        );
-        // Still mapped and protected, so PARTIAL again; the copies claimed
-        // or stored just now are no longer clean copies, so they are
-        // dropped.
-        sh.resident.fetch_add(bytes, Relaxed);
-        for k in taken {
-            sh.zswap.invalidate(k);
-        }
-        if chunk::release(&r.state[v.ci], PARTIAL, 0, REJECTED) {
-            sh.wake(base, sh.chunk);
-        }
-        return 0;
-    }
-    stored_now(sh, r, v.ci);
+    // One range for the chunk: its other pages are not mapped.
+    zaps.push(
+        base..base + sh.chunk,
+        Zapped::Partial {
+            ci: v.ci,
+            taken,
+            bytes,
+        },
+    );
     bytes as i64
 }

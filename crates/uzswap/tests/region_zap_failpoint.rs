@@ -1,0 +1,97 @@
+//! The evictor's undo path, driven by failure injection: a zap
+//! (`MADV_DONTNEED`) refused after the chunk's content went to the cache
+//! must leave the chunk mapped, charged and correct (a whole chunk
+//! writable again, a partial chunk still partial), and a later eviction
+//! and fault must bring every byte back. One test in its own binary: the
+//! failpoint is process-wide.
+
+use uzswap::region::{zap_failpoints, Advice, Config, HandlerMode, Region};
+use uzswap::{Pattern, PAGE_SIZE};
+
+mod common;
+use common::instance;
+
+const SEED: u64 = 33;
+const PER: usize = 16;
+
+fn page(r: &Region, i: usize) -> &'static mut [u8] {
+    assert!(i * PAGE_SIZE < r.len());
+    // SAFETY: `i` is inside the live region, which outlives each use here.
+    unsafe { std::slice::from_raw_parts_mut(r.as_ptr().add(i * PAGE_SIZE), PAGE_SIZE) }
+}
+
+fn read(r: &Region, i: usize) -> u8 {
+    // SAFETY: an in-bounds read of the live region.
+    unsafe { std::ptr::read_volatile(page(r, i).as_ptr()) }
+}
+
+/// Every page holds the pattern, but the pages of `flipped`, whose first
+/// byte was inverted.
+fn check(r: &Region, flipped: &[usize]) {
+    for i in 0..r.len() / PAGE_SIZE {
+        let p = page(r, i);
+        let f = flipped.contains(&i);
+        if f {
+            p[0] ^= 0xff;
+        }
+        let ok = Pattern::Index.verify(i as u64, SEED, p);
+        if f {
+            p[0] ^= 0xff;
+        }
+        assert!(ok, "page {i}");
+    }
+}
+
+#[test]
+fn a_refused_zap_keeps_the_chunk_mapped_and_loses_nothing() {
+    let Some(uz) = instance(Config {
+        folio_order: 4,
+        handler: HandlerMode::Signal,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let chunk = uz.chunk_bytes();
+    let len = 8 * chunk;
+    let r = uz.region(len).unwrap();
+    for i in 0..len / PAGE_SIZE {
+        Pattern::Index.fill(i as u64, SEED, page(&r, i));
+    }
+
+    // Whole chunks: the page-out stores all eight as one run, and the one
+    // zap for them fails. They stay mapped, charged, and writable.
+    zap_failpoints::fail_next_zap();
+    r.advise(0..len, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), len as u64);
+    assert_eq!(uz.stats().evicted_chunks, 0);
+    page(&r, 3)[0] ^= 0xff;
+    check(&r, &[3]);
+    assert_eq!(uz.stats().pgmajfault, 0, "the pages never left");
+    r.advise(0..len, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), 0);
+    check(&r, &[3]);
+
+    // Partial chunks: one page read into each of three chunks, then paged
+    // out with the first chunk's zap refused. That chunk keeps its page
+    // mapped (its copy dropped: the chunk is partial with a page whose only
+    // copy is in memory); the other two go.
+    r.advise(0..len, Advice::PageOut).unwrap();
+    for c in 1..4 {
+        read(&r, c * PER + 5);
+    }
+    let before = uz.stats();
+    assert_eq!(r.resident_bytes(), 3 * PAGE_SIZE as u64, "{before:?}");
+    zap_failpoints::fail_next_zap();
+    r.advise(0..len, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), PAGE_SIZE as u64);
+    // A write to the page left mapped completes its chunk exclusively,
+    // from the other pages' copies and the mapped page itself.
+    page(&r, PER + 5)[0] ^= 0xff;
+    check(&r, &[3, PER + 5]);
+    r.advise(0..len, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), 0);
+    check(&r, &[3, PER + 5]);
+    let st = uz.stats();
+    assert_eq!(st.fault_errors, 0, "{st:?}");
+    assert_eq!(st.resident_bytes, r.resident_bytes());
+}
