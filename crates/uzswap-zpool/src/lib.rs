@@ -121,6 +121,7 @@ pub mod size_class;
 mod span;
 mod stats;
 mod table;
+pub mod zap;
 
 pub use pool::{PoolConfig, ZsPool};
 pub use stats::{ClassStats, CompactStats, PoolStats};

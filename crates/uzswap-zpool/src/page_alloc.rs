@@ -27,8 +27,9 @@
 //! bytes in live spans, *trim* brings them down to 1/32: first whole arenas
 //! with no live span are `munmap`ed (one syscall and one shootdown for up to
 //! 512 pages), then, in the arenas holding the most cached pages, each
-//! maximal range of cached pages gets one `MADV_DONTNEED` (adjacent runs
-//! coalesce into one call). `MADV_DONTNEED` rather than `MADV_FREE`: memory
+//! maximal range of cached pages is given back with `MADV_DONTNEED` (adjacent
+//! runs coalesce into one range), all ranges of a trim in one call
+//! (`zap.rs`: one TLB shootdown, where a call per range paid one each). `MADV_DONTNEED` rather than `MADV_FREE`: memory
 //! given back by `MADV_FREE` stays in the process's RSS until the kernel
 //! happens to reclaim it, and a budget that charges `held_bytes` must not be
 //! told memory is gone while RSS still shows it. The bound is relative so a
@@ -718,6 +719,7 @@ impl Inner {
                 rel.maps.push(ar.map);
             }
         }
+        let mut zaps = Vec::new();
         if self.cached_pages > keep {
             // Small arenas first, then huge ones (each broken by its trim);
             // within each, the arenas caching the most.
@@ -753,20 +755,12 @@ impl Inner {
                 };
                 self.reserve_pages -= reserve;
                 rel.bytes += reserve * PAGE_SIZE as u64;
-                for (s, len) in ranges(&give) {
-                    // SAFETY: the range lies inside the arena mapping and
-                    // holds only free pages (cached, or a huge arena's
-                    // reserve): no span owns them, and none is handed out
-                    // before this returns (the lock is held).
-                    let rc = unsafe {
-                        libc::madvise(
-                            ar.base().add(s * PAGE_SIZE).cast(),
-                            len * PAGE_SIZE,
-                            libc::MADV_DONTNEED,
-                        )
-                    };
-                    debug_assert_eq!(rc, 0, "madvise(MADV_DONTNEED) failed");
-                }
+                let base = ar.base() as usize;
+                zaps.extend(
+                    ranges(&give)
+                        .into_iter()
+                        .map(|(s, len)| base + s * PAGE_SIZE..base + (s + len) * PAGE_SIZE),
+                );
                 ar.dirty = [0; WORDS];
                 ar.fail_len = u32::MAX;
                 self.cached_pages -= u64::from(ar.cached);
@@ -775,6 +769,12 @@ impl Inner {
                 touched = true;
             }
         }
+        // One call for every range (one TLB shootdown, not one per range).
+        // SAFETY: each range lies inside an arena mapping and holds only
+        // free pages (cached, or a huge arena's reserve): no span owns them,
+        // and none is handed out before this returns (the lock is held).
+        let failed = unsafe { crate::zap::zapper().zap(&zaps) };
+        debug_assert!(failed.is_empty(), "MADV_DONTNEED failed: {failed:?}");
         if touched {
             // Drop list entries whose pages are no longer cached.
             let arenas = &self.arenas;

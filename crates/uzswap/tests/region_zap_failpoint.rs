@@ -5,7 +5,7 @@
 //! and fault must bring every byte back. One test in its own binary: the
 //! failpoint is process-wide.
 
-use uzswap::region::{zap_failpoints, Advice, Config, HandlerMode, Region};
+use uzswap::region::{failpoints, Advice, Config, HandlerMode, Region};
 use uzswap::{Pattern, PAGE_SIZE};
 
 mod common;
@@ -60,7 +60,7 @@ fn a_refused_zap_keeps_the_chunk_mapped_and_loses_nothing() {
 
     // Whole chunks: the page-out stores all eight as one run, and the one
     // zap for them fails. They stay mapped, charged, and writable.
-    zap_failpoints::fail_next_zap();
+    failpoints::fail_next_zap();
     r.advise(0..len, Advice::PageOut).unwrap();
     assert_eq!(r.resident_bytes(), len as u64);
     assert_eq!(uz.stats().evicted_chunks, 0);
@@ -81,7 +81,7 @@ fn a_refused_zap_keeps_the_chunk_mapped_and_loses_nothing() {
     }
     let before = uz.stats();
     assert_eq!(r.resident_bytes(), 3 * PAGE_SIZE as u64, "{before:?}");
-    zap_failpoints::fail_next_zap();
+    failpoints::fail_next_zap();
     r.advise(0..len, Advice::PageOut).unwrap();
     assert_eq!(r.resident_bytes(), PAGE_SIZE as u64);
     // A write to the page left mapped completes its chunk exclusively,

@@ -11,7 +11,8 @@
 //! any other and cost only a zap once their copy is claimed. Before evicting
 //! anything, the evictor frees clean copies: they keep no chunk resident.
 //!
-//! Zaps are gathered per region and made many ranges per call (`zap.rs`):
+//! Zaps are gathered per region and made many ranges per call
+//! (`uzswap_zpool::zap`):
 //! a chunk stays EVICTING from its store until its zap.
 //!
 //! Locking: `evict_lock` holds the CLOCK hand and serialises batches (the
@@ -456,10 +457,18 @@ impl Zaps {
         if self.ranges.is_empty() {
             return 0;
         }
+        // Failure injection: the first range is left out, as refused.
+        let skip = usize::from(super::failpoints::take_zap());
         // SAFETY: these chunks are ours (EVICTING) under the caller's
         // `live`, their mapped pages' content is in the cache, and any
         // writer is parked on their write-protection.
-        let failed = unsafe { sh.zapper.zap(&self.ranges) };
+        let mut failed = unsafe { uzswap_zpool::zap::zapper().zap(&self.ranges[skip..]) };
+        for f in &mut failed {
+            f.0 += skip;
+        }
+        if skip == 1 {
+            failed.insert(0, (0, std::io::Error::from_raw_os_error(libc::EAGAIN)));
+        }
         let mut failed = failed.into_iter().peekable();
         let mut recharged = 0i64;
         for (k, what) in self.what.drain(..).enumerate() {

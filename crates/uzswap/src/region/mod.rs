@@ -107,18 +107,17 @@
 
 mod chunk;
 mod evict;
+#[doc(hidden)]
+pub mod failpoints;
 mod fault;
 mod latency;
 mod pagemap;
 mod share;
 mod sigbus;
 mod uffd_sys;
-mod zap;
 
 pub use latency::LatencySummary;
-pub use uffd_sys::failpoints;
 pub use uffd_sys::OpenPath;
-pub use zap::failpoints as zap_failpoints;
 
 use crate::swap::{SwapDeviceConfig, SwapError};
 use crate::zswap::{SwapEntry, Zswap, ZswapConfig, ZswapError, ZswapStats};
@@ -452,8 +451,6 @@ struct Shared {
     lat_zero: Histogram,
     /// Zeros, the source of zero-fill installs (one fault-around window).
     zeros: Vec<u8>,
-    /// Zaps evicted chunks, many ranges per call.
-    zapper: zap::Zapper,
     /// The configured pool share in bytes, when the evictor adapts it to
     /// the data's density (`share.rs`).
     base_share: Option<u64>,
@@ -627,7 +624,6 @@ impl Uzswap {
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
-            zapper: zap::Zapper::new(),
             base_share,
             cfg,
         });

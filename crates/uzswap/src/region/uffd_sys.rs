@@ -181,7 +181,8 @@ pub unsafe fn copy(
     wp: bool,
 ) -> Result<Copy, (String, usize)> {
     // Failure injection (`failpoints`): install the first half, then fail.
-    let injected = failpoints::FAIL_NEXT_COPY.swap(false, std::sync::atomic::Ordering::AcqRel);
+    let injected =
+        super::failpoints::FAIL_NEXT_COPY.swap(false, std::sync::atomic::Ordering::AcqRel);
     let len = if injected {
         len / 2 / PAGE_SIZE * PAGE_SIZE
     } else {
@@ -215,20 +216,5 @@ pub unsafe fn copy(
             format!("UFFDIO_COPY at {dst:#x} ({len} bytes): {}", errstr(e)),
             done,
         )),
-    }
-}
-
-/// Failure injection for tests of the error paths (sled's failpoints, in
-/// miniature): armed by a test, consumed by the next call it names.
-#[doc(hidden)]
-pub mod failpoints {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    pub(super) static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
-
-    /// The next `UFFDIO_COPY` installs the first half of its pages (whole
-    /// pages, possibly none) and then fails.
-    pub fn fail_next_copy() {
-        FAIL_NEXT_COPY.store(true, Ordering::Release);
     }
 }

@@ -1,5 +1,6 @@
-//! Zapping evicted chunks: `MADV_DONTNEED` over many ranges in one
-//! `process_madvise(2)` call on our own pidfd. Each zap of a mapping that
+//! Giving memory back in bulk: `MADV_DONTNEED` over many ranges in one
+//! `process_madvise(2)` call on our own pidfd, for the pool's trim and the
+//! front end's evictor. Each zap of a mapping that
 //! another CPU is running must shoot down that CPU's TLB; one call per
 //! range pays an inter-processor interrupt per range (about 20 µs each on
 //! a 2-vCPU VM, measured with a second thread running), while the vector
@@ -8,25 +9,32 @@
 //! `process_madvise` (older kernels do), every range falls back to its own
 //! `madvise`.
 //!
-//! No locking: the pidfd is opened once, and the fallback switch is a
-//! relaxed flag any thread may set.
+//! No locking: one zapper per process ([`zapper`]), its pidfd opened once;
+//! the fallback switch is a relaxed flag any thread may set.
 
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::OnceLock;
 
 /// `UIO_MAXIOV`: the most ranges one call takes.
 const MAX_IOV: usize = 1024;
 
-pub(super) struct Zapper {
+/// The process's zapper.
+pub fn zapper() -> &'static Zapper {
+    static Z: OnceLock<Zapper> = OnceLock::new();
+    Z.get_or_init(Zapper::new)
+}
+
+pub struct Zapper {
     pidfd: Option<OwnedFd>,
     /// Cleared for good once the kernel refuses the vector call.
     batched: AtomicBool,
 }
 
 impl Zapper {
-    pub(super) fn new() -> Zapper {
+    fn new() -> Zapper {
         // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
         // descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
@@ -41,7 +49,7 @@ impl Zapper {
     }
 
     /// Whether zaps go in one call per up to 1024 ranges.
-    pub(super) fn batched(&self) -> bool {
+    pub fn batched(&self) -> bool {
         self.batched.load(Relaxed)
     }
 
@@ -52,7 +60,7 @@ impl Zapper {
     /// # Safety
     /// Every page in `ranges` must be the caller's to discard: its content
     /// saved elsewhere, and nothing reading it through a reference.
-    pub(super) unsafe fn zap(&self, ranges: &[Range<usize>]) -> Vec<(usize, io::Error)> {
+    pub unsafe fn zap(&self, ranges: &[Range<usize>]) -> Vec<(usize, io::Error)> {
         let mut failed = Vec::new();
         let mut from = 0;
         while from < ranges.len() {
@@ -77,9 +85,6 @@ impl Zapper {
         let Some(fd) = self.pidfd.as_ref().filter(|_| self.batched()) else {
             return 0;
         };
-        if failpoints::FAIL_NEXT_ZAP.load(Acquire) {
-            return 0;
-        }
         let iov: Vec<libc::iovec> = ranges
             .iter()
             .map(|r| libc::iovec {
@@ -128,28 +133,12 @@ impl Zapper {
 /// # Safety
 /// As for [`Zapper::zap`].
 unsafe fn madvise_dontneed(r: &Range<usize>) -> io::Result<()> {
-    if failpoints::FAIL_NEXT_ZAP.swap(false, AcqRel) {
-        return Err(io::Error::from_raw_os_error(libc::EAGAIN));
-    }
     // SAFETY: forwarded from our caller.
     let rc = unsafe { libc::madvise(r.start as *mut _, r.len(), libc::MADV_DONTNEED) };
     if rc == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
-    }
-}
-
-/// Failure injection for the evictor's undo path.
-pub mod failpoints {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    pub(super) static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
-
-    /// The next zap of an evicted range fails (before any of its pages go)
-    /// as if `madvise(MADV_DONTNEED)` had refused it.
-    pub fn fail_next_zap() {
-        FAIL_NEXT_ZAP.store(true, Ordering::Release);
     }
 }
 

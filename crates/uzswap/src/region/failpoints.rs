@@ -1,0 +1,26 @@
+//! Failure injection for tests of the error paths (sled's failpoints, in
+//! miniature): armed by a test, consumed by the next call it names. Each
+//! is one process-wide flag, so a test that arms one runs alone in its
+//! binary.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub(super) static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
+pub(super) static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
+
+/// The next `UFFDIO_COPY` installs the first half of its pages (whole
+/// pages, possibly none) and then fails.
+pub fn fail_next_copy() {
+    FAIL_NEXT_COPY.store(true, Ordering::Release);
+}
+
+/// The evictor's next zap fails for the first chunk in it (before any of
+/// its pages go), as if `madvise(MADV_DONTNEED)` had refused the range.
+pub fn fail_next_zap() {
+    FAIL_NEXT_ZAP.store(true, Ordering::Release);
+}
+
+/// Consume the zap failpoint.
+pub(super) fn take_zap() -> bool {
+    FAIL_NEXT_ZAP.swap(false, Ordering::AcqRel)
+}
