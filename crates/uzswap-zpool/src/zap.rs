@@ -154,20 +154,13 @@ mod tests {
     fn zaps_exactly_the_ranges_given() {
         let pages = 2 * MAX_IOV + 6;
         let len = pages * PAGE_SIZE;
-        // SAFETY: a fresh private anonymous mapping of our own.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        // SAFETY: the mapping is ours, `len` bytes, and nothing else uses it.
-        let m = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
+        // Page-aligned heap memory: anonymous and private, like a mapping.
+        let layout = std::alloc::Layout::from_size_align(len, PAGE_SIZE).unwrap();
+        // SAFETY: a non-zero size; the result is checked.
+        let p = unsafe { std::alloc::alloc(layout) };
+        assert!(!p.is_null());
+        // SAFETY: the allocation is ours, `len` bytes, and nothing else uses it.
+        let m = unsafe { std::slice::from_raw_parts_mut(p, len) };
         m.fill(7);
         let base = p as usize;
         let ranges: Vec<Range<usize>> = (0..pages)
@@ -190,7 +183,8 @@ mod tests {
                 "page {i}"
             );
         }
-        // SAFETY: unmapping what we mapped; no reference outlives it.
-        unsafe { libc::munmap(p, len) };
+        // SAFETY: freeing what we allocated, with its layout; no reference
+        // outlives it.
+        unsafe { std::alloc::dealloc(p, layout) };
     }
 }

@@ -9,21 +9,10 @@ use uzswap::region::{failpoints, Advice, Config, HandlerMode, Region};
 use uzswap::{Pattern, PAGE_SIZE};
 
 mod common;
-use common::instance;
+use common::{instance, page, read};
 
 const SEED: u64 = 33;
 const PER: usize = 16;
-
-fn page(r: &Region, i: usize) -> &'static mut [u8] {
-    assert!(i * PAGE_SIZE < r.len());
-    // SAFETY: `i` is inside the live region, which outlives each use here.
-    unsafe { std::slice::from_raw_parts_mut(r.as_ptr().add(i * PAGE_SIZE), PAGE_SIZE) }
-}
-
-fn read(r: &Region, i: usize) -> u8 {
-    // SAFETY: an in-bounds read of the live region.
-    unsafe { std::ptr::read_volatile(page(r, i).as_ptr()) }
-}
 
 /// Every page holds the pattern, but the pages of `flipped`, whose first
 /// byte was inverted.
