@@ -9,13 +9,15 @@
 //! `process_madvise` (older kernels do), every range falls back to its own
 //! `madvise`.
 //!
-//! No locking: one zapper per process ([`zapper`]), its pidfd opened once;
-//! the fallback switch is a relaxed flag any thread may set.
+//! Whether the kernel takes the vector call is probed once, on a page of
+//! our own, when the zapper is made: a failure later (a range the kernel
+//! refuses) only sends that call's ranges to the fallback.
+//!
+//! No locking: one zapper per process ([`zapper`]), made once and only read.
 
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::OnceLock;
 
 /// `UIO_MAXIOV`: the most ranges one call takes.
@@ -28,9 +30,8 @@ pub fn zapper() -> &'static Zapper {
 }
 
 pub struct Zapper {
+    /// Our pidfd, where the kernel takes `MADV_DONTNEED` through it.
     pidfd: Option<OwnedFd>,
-    /// Cleared for good once the kernel refuses the vector call.
-    batched: AtomicBool,
 }
 
 impl Zapper {
@@ -42,15 +43,8 @@ impl Zapper {
             // SAFETY: the descriptor was just returned to us and is ours.
             unsafe { OwnedFd::from_raw_fd(fd as i32) }
         });
-        Zapper {
-            batched: AtomicBool::new(pidfd.is_some()),
-            pidfd,
-        }
-    }
-
-    /// Whether zaps go in one call per up to 1024 ranges.
-    pub fn batched(&self) -> bool {
-        self.batched.load(Relaxed)
+        let pidfd = pidfd.filter(probe);
+        Zapper { pidfd }
     }
 
     /// Zap `ranges` (page-aligned, in our anonymous mappings). Returns the
@@ -82,38 +76,12 @@ impl Zapper {
     /// leading ranges it zapped whole (the rest, from the first it did not
     /// finish, are left to the fallback).
     unsafe fn zap_vector(&self, ranges: &[Range<usize>]) -> usize {
-        let Some(fd) = self.pidfd.as_ref().filter(|_| self.batched()) else {
+        let Some(fd) = self.pidfd.as_ref() else {
             return 0;
         };
-        let iov: Vec<libc::iovec> = ranges
-            .iter()
-            .map(|r| libc::iovec {
-                iov_base: r.start as *mut libc::c_void,
-                iov_len: r.len(),
-            })
-            .collect();
-        // SAFETY: `iov` describes `ranges`, which our caller vouches for;
-        // the kernel reads the vector and advises each range in order.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_process_madvise,
-                fd.as_raw_fd(),
-                iov.as_ptr(),
-                iov.len(),
-                libc::MADV_DONTNEED,
-                0u32,
-            )
-        };
+        // SAFETY: forwarded from our caller.
+        let rc = unsafe { process_dontneed(fd, ranges) };
         if rc < 0 {
-            let e = io::Error::last_os_error();
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EINVAL | libc::ENOSYS | libc::EPERM | libc::ESRCH)
-            ) {
-                // Not for MADV_DONTNEED here (or no vector call at all):
-                // every later zap takes the fallback at once.
-                self.batched.store(false, Relaxed);
-            }
             return 0;
         }
         // The bytes done cover a prefix of the ranges, in order.
@@ -127,6 +95,57 @@ impl Zapper {
             whole += 1;
         }
         whole
+    }
+}
+
+/// `process_madvise(fd, ranges, MADV_DONTNEED)`: the bytes advised, or -1.
+///
+/// # Safety
+/// As for [`Zapper::zap`].
+unsafe fn process_dontneed(fd: &OwnedFd, ranges: &[Range<usize>]) -> isize {
+    let iov: Vec<libc::iovec> = ranges
+        .iter()
+        .map(|r| libc::iovec {
+            iov_base: r.start as *mut libc::c_void,
+            iov_len: r.len(),
+        })
+        .collect();
+    // SAFETY: `iov` describes `ranges`, which our caller vouches for; the
+    // kernel reads the vector and advises each range in order.
+    unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            fd.as_raw_fd(),
+            iov.as_ptr(),
+            iov.len(),
+            libc::MADV_DONTNEED,
+            0u32,
+        ) as isize
+    }
+}
+
+/// Whether this kernel takes `MADV_DONTNEED` through `process_madvise` on
+/// `fd` (our own pidfd): tried on a fresh page of our own.
+fn probe(fd: &OwnedFd) -> bool {
+    let len = crate::PAGE_SIZE;
+    // SAFETY: a fresh private anonymous page at an address of the kernel's
+    // choosing, unmapped below; nothing else refers to it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        let page = p as usize..p as usize + len;
+        let ok = process_dontneed(fd, std::slice::from_ref(&page)) == len as isize;
+        libc::munmap(p, len);
+        ok
     }
 }
 

@@ -5,8 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub(super) static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
-pub(super) static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
+static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
+static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
 
 /// The next `UFFDIO_COPY` installs the first half of its pages (whole
 /// pages, possibly none) and then fails.
@@ -18,6 +18,11 @@ pub fn fail_next_copy() {
 /// its pages go), as if `madvise(MADV_DONTNEED)` had refused the range.
 pub fn fail_next_zap() {
     FAIL_NEXT_ZAP.store(true, Ordering::Release);
+}
+
+/// Consume the copy failpoint.
+pub(super) fn take_copy() -> bool {
+    FAIL_NEXT_COPY.swap(false, Ordering::AcqRel)
 }
 
 /// Consume the zap failpoint.

@@ -43,7 +43,12 @@
 //!               them), zap them (EVICTING)--------------------> STORED
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
 //!   EVICTING  --a partial chunk's page store refused---------> PARTIAL
+//!   EVICTING  --zap refused: drop its copies, unprotect------> RESIDENT
+//!   EVICTING  --a partial chunk's zap refused: drop the
+//!               mapped pages' copies---------------------------> PARTIAL
 //! ```
+//! A stored chunk stays EVICTING until its zap, which is gathered with its
+//! region's others and made many ranges per call (`evict.rs`).
 //! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
 //! or the evictor) holds the chunk and is the only one to leave the state.
 //! A fault that finds a chunk owned sets WAITER and returns at once (handler

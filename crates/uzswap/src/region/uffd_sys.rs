@@ -181,8 +181,7 @@ pub unsafe fn copy(
     wp: bool,
 ) -> Result<Copy, (String, usize)> {
     // Failure injection (`failpoints`): install the first half, then fail.
-    let injected =
-        super::failpoints::FAIL_NEXT_COPY.swap(false, std::sync::atomic::Ordering::AcqRel);
+    let injected = super::failpoints::take_copy();
     let len = if injected {
         len / 2 / PAGE_SIZE * PAGE_SIZE
     } else {
