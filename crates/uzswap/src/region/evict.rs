@@ -3,11 +3,21 @@
 //! the cache's engine) → `MADV_DONTNEED` → STORED. A refused store puts the
 //! chunk back to RESIDENT (unprotected, still charged).
 //!
-//! CLOCK: the fault is the only reference signal userspace gets for free, so
-//! a chunk is REF when installed (but for a partial chunk's first group: a
-//! single random read is taken for a use-once); the hand clears REF, then
-//! ACTIVE (set by a workingset refault), then REJECTED (a refused store),
-//! and takes a chunk that has none. Clean chunks (a clean copy kept in the cache) are taken like
+//! Probation, then CLOCK. A chunk that came in as one random read (a
+//! PARTIAL chunk's first group) is queued on `Shared::probation`, and a
+//! batch first takes the oldest of those that are still PARTIAL and have
+//! not been read again (the kernel's inactive list, where a new page waits
+//! for a second access before it competes with the working set). Only
+//! when probation holds too little does the CLOCK hand move. Why: the fault
+//! is the only reference signal userspace gets for free, so a mapped hot
+//! chunk earns none while it is read; every turn of the hand that cold
+//! reads forced cost the hot chunks their REF and ACTIVE bits, and each
+//! was evicted and faulted back about twice per usemem read pass.
+//!
+//! CLOCK: a chunk is REF when installed (but for a partial chunk's first
+//! group: a single random read is taken for a use-once); the hand clears
+//! REF, then ACTIVE (set by a workingset refault), then REJECTED (a refused
+//! store), and takes a chunk that has none. Clean chunks (a clean copy kept in the cache) are taken like
 //! any other and cost only a zap once their copy is claimed. Before evicting
 //! anything, the evictor frees clean copies: they keep no chunk resident.
 //!
@@ -18,7 +28,9 @@
 //! Locking: `evict_lock` holds the CLOCK hand and serialises batches (the
 //! evictor thread's, the fault handler's backstop, `PageOut` hints). Inside
 //! it, a region's `live` lock is read-held while its chunks are scanned or
-//! evicted. Nothing here waits for a fault handler.
+//! evicted. The probation queue's lock is a leaf: faults push under `live`,
+//! so the evictor pops entries and drops the queue's lock before it takes
+//! any `live`. Nothing here waits for a fault handler.
 
 use super::chunk::{self, *};
 use super::{RegionInner, Shared};
@@ -237,11 +249,20 @@ pub(super) fn evictor_loop(sh: &Shared) {
     }
 }
 
-/// Pick one batch by CLOCK and evict it. Returns the bytes of usage it
-/// freed (see [`run_protocol`]), or None if no chunk could be taken.
+/// Pick one batch, from the probation queue first and then by CLOCK, and
+/// evict it. Returns the bytes of usage it freed (see [`run_protocol`]), or
+/// None if no chunk could be taken.
 fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
     let regions = sh.snapshot_regions();
-    let victims = select(clock, &regions, sh.batch_bytes, sh.chunk);
+    let mut victims = Vec::new();
+    let got = take_probation(sh, &regions, sh.batch_bytes, &mut victims);
+    select(
+        clock,
+        &regions,
+        sh.batch_bytes - got.min(sh.batch_bytes),
+        sh.chunk,
+        &mut victims,
+    );
     if victims.is_empty() {
         return None;
     }
@@ -251,12 +272,17 @@ fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
 
 /// Take victims by CLOCK until they hold `want` resident bytes (a PARTIAL
 /// chunk holds its mapped groups) or every chunk was visited as often as it can need.
-fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: u64, chunk: usize) -> Vec<Victim> {
-    let mut out = Vec::with_capacity((want / chunk as u64) as usize + 1);
+fn select(
+    clock: &mut Clock,
+    regions: &[Arc<RegionInner>],
+    want: u64,
+    chunk: usize,
+    out: &mut Vec<Victim>,
+) {
     let mut got = 0u64;
     let total: usize = regions.iter().map(|r| r.state.len()).sum();
-    if total == 0 {
-        return out;
+    if total == 0 || want == 0 {
+        return;
     }
     // Each chunk can need four visits: REF, ACTIVE, REJECTED, then taken.
     let mut budget = 4 * total + 1;
@@ -309,7 +335,63 @@ fn select(clock: &mut Clock, regions: &[Arc<RegionInner>], want: u64, chunk: usi
         }
         clock.base = regions[ri].base;
     }
-    out
+}
+
+/// Take the oldest chunks of the probation queue that are still PARTIAL
+/// with no second read (no REF), until they hold `want` resident bytes.
+/// Returns the bytes taken. An entry whose chunk moved on (completed,
+/// read again, evicted, its region gone) is dropped: the CLOCK has it.
+/// Entries are hints, never trusted: the chunk's word decides.
+fn take_probation(
+    sh: &Shared,
+    regions: &[Arc<RegionInner>],
+    want: u64,
+    out: &mut Vec<Victim>,
+) -> u64 {
+    let mut got = 0u64;
+    let mut popped = Vec::with_capacity(64);
+    while got < want {
+        // Popped under the queue's lock, examined without it: the fault
+        // path pushes while holding a region's `live` lock.
+        popped.clear();
+        {
+            let mut q = sh.probation.lock();
+            let n = q.len().min(64);
+            popped.extend(q.drain(..n));
+        }
+        if popped.is_empty() {
+            break;
+        }
+        let mut i = 0;
+        while i < popped.len() && got < want {
+            let (id, ci) = popped[i];
+            i += 1;
+            let Some(r) = regions.iter().find(|r| r.id == id) else {
+                continue;
+            };
+            let live = r.live.read();
+            if !*live {
+                continue;
+            }
+            let s = &r.state[ci as usize];
+            let w = s.load(Acquire);
+            if chunk::state(w) != PARTIAL || w & REF != 0 {
+                continue;
+            }
+            if let Ok(w) = chunk::transition(s, PARTIAL, EVICTING, 0, 0) {
+                got += chunk::charge(w, sh.chunk);
+                out.push(Victim::new(r, ci as usize, w));
+                sh.ctr.evicted_probation.fetch_add(1, Relaxed);
+            }
+        }
+        if i < popped.len() {
+            let mut q = sh.probation.lock();
+            for &e in popped[i..].iter().rev() {
+                q.push_front(e);
+            }
+        }
+    }
+    got
 }
 
 /// `Advice::PageOut`: evict the resident chunks of `chunks` now.

@@ -47,6 +47,9 @@
 //!   EVICTING  --a partial chunk's zap refused: drop the
 //!               mapped pages' copies---------------------------> PARTIAL
 //! ```
+//! A chunk entering PARTIAL from STORED is queued on probation: the evictor
+//! takes such chunks, oldest first, while they are still PARTIAL with no
+//! second read, before it moves the CLOCK hand (`evict.rs`).
 //! A stored chunk stays EVICTING until its zap, which is gathered with its
 //! region's others and made many ranges per call (`evict.rs`).
 //! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
@@ -352,6 +355,9 @@ pub struct UzswapStats {
     /// drops (no compression).
     pub evicted_chunks: u64,
     pub evicted_clean: u64,
+    /// Chunks the evictor took from probation (a partial chunk read once,
+    /// `evict.rs`) rather than by CLOCK.
+    pub evicted_probation: u64,
     /// Stores refused (the chunk stayed resident).
     pub evict_aborts: u64,
     pub evict_batches: u64,
@@ -383,6 +389,7 @@ struct Counters {
     fault_errors: AtomicU64,
     evicted_chunks: AtomicU64,
     evicted_clean: AtomicU64,
+    evicted_probation: AtomicU64,
     evict_aborts: AtomicU64,
     evict_batches: AtomicU64,
     evict_inline_batches: AtomicU64,
@@ -438,6 +445,10 @@ struct Shared {
     /// Chunks evicted so far: the workingset clock.
     evict_clock: AtomicU64,
     evict_lock: Mutex<evict::Clock>,
+    /// Chunks that came in as one random read (a PARTIAL chunk's first
+    /// group), oldest first, as (region id, chunk index): the evictor takes
+    /// the ones still PARTIAL before it moves the CLOCK hand (`evict.rs`).
+    probation: Mutex<std::collections::VecDeque<(u32, u32)>>,
     kick: Mutex<bool>,
     kick_cv: Condvar,
     evictor_busy: AtomicBool,
@@ -616,6 +627,7 @@ impl Uzswap {
             peak: AtomicU64::new(0),
             evict_clock: AtomicU64::new(0),
             evict_lock: Mutex::new(evict::Clock::default()),
+            probation: Mutex::new(std::collections::VecDeque::new()),
             kick: Mutex::new(false),
             kick_cv: Condvar::new(),
             evictor_busy: AtomicBool::new(false),
@@ -932,6 +944,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         faults_stale: g(&c.faults_stale),
         fault_errors: g(&c.fault_errors),
         evicted_chunks: g(&c.evicted_chunks),
+        evicted_probation: g(&c.evicted_probation),
         evicted_clean: g(&c.evicted_clean),
         evict_aborts: g(&c.evict_aborts),
         evict_batches: g(&c.evict_batches),

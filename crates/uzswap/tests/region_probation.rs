@@ -1,0 +1,74 @@
+//! Probation: pages that come in as one random read each are evicted before
+//! chunks in use. A hot set that is mapped whole earns no reference while it
+//! is read (no fault), so only the order of eviction keeps it resident while
+//! cold random reads stream through the budget many times over.
+
+use uzswap::region::{Advice, Config};
+use uzswap::Pattern;
+
+mod common;
+use common::{instance, page};
+
+const SEED: u64 = 5;
+/// 64 KiB chunks: 16 pages.
+const ORDER: u32 = 4;
+const PER: usize = 1 << ORDER;
+const CHUNKS: usize = 1024;
+const HOT: usize = 32;
+
+#[test]
+fn cold_random_reads_do_not_push_out_a_mapped_hot_set() {
+    // Same-filled pages cost the pool nothing, so the 8 MiB budget is all
+    // resident room: the 2 MiB hot set plus slack that the cold reads
+    // (4 MiB a round) pass through several times.
+    let Some(uz) = instance(Config {
+        budget: 8 << 20,
+        folio_order: ORDER,
+        writeback: None,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let chunk = uz.chunk_bytes();
+    let r = uz.region(CHUNKS * chunk).unwrap();
+    let pages = CHUNKS * PER;
+    for i in 0..pages {
+        Pattern::Same.fill(i as u64, SEED, page(&r, i));
+    }
+    r.advise(0..r.len(), Advice::PageOut).unwrap();
+    let check = |i: usize| {
+        assert!(
+            Pattern::Same.verify(i as u64, SEED, page(&r, i)),
+            "page {i}"
+        )
+    };
+
+    // The hot set, read in order: each chunk comes in whole.
+    let read_hot = || (0..HOT * PER).for_each(check);
+    read_hot();
+    let hot_in = uz.stats().pgmajfault;
+
+    for round in 0..4 {
+        // One page in every cold chunk, a different one each round: a
+        // random read, installed alone.
+        for c in HOT..CHUNKS {
+            check(c * PER + 3 + 4 * round);
+        }
+        // The hot set is read again between rounds; mapped, it faults no
+        // more, so nothing tells the evictor it is in use.
+        let before = uz.stats().pgmajfault;
+        read_hot();
+        let st = uz.stats();
+        assert_eq!(
+            st.pgmajfault, before,
+            "round {round}: hot chunks were evicted and faulted back \
+             ({hot_in} faults brought the hot set in): {st:?}"
+        );
+    }
+    let st = uz.stats();
+    assert!(st.evicted_probation > 0, "{st:?}");
+    assert!(st.peak_bytes <= 8 << 20, "{st:?}");
+    for i in 0..pages {
+        check(i);
+    }
+}
