@@ -732,7 +732,7 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
                 std::slice::from_raw_parts((base + i * PAGE_SIZE) as *const u8, PAGE_SIZE)
             };
             room_for_store(sh);
-            if sh.zswap.store(key, data).is_err() {
+            if super::failpoints::take_partial_store() || sh.zswap.store(key, data).is_err() {
                 sh.ctr.evict_aborts.fetch_add(1, Relaxed);
                 // Still a valid PARTIAL chunk: mapped and protected; the
                 // copies taken so far are no longer clean copies, so they

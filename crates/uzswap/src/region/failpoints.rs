@@ -3,10 +3,12 @@
 //! is one process-wide flag, so a test that arms one runs alone in its
 //! binary.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
 static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
+/// Partial-chunk page stores left until the refused one (0: disarmed).
+static FAIL_PARTIAL_STORE: AtomicU32 = AtomicU32::new(0);
 
 /// The next `UFFDIO_COPY` installs the first half of its pages (whole
 /// pages, possibly none) and then fails.
@@ -20,6 +22,13 @@ pub fn fail_next_zap() {
     FAIL_NEXT_ZAP.store(true, Ordering::Release);
 }
 
+/// The `n`th page the evictor stores for partial chunks from now on (1:
+/// the next) is refused, as a full pool would refuse it; the ones before
+/// it are stored.
+pub fn fail_partial_store(n: u32) {
+    FAIL_PARTIAL_STORE.store(n, Ordering::Release);
+}
+
 /// Consume the copy failpoint.
 pub(super) fn take_copy() -> bool {
     FAIL_NEXT_COPY.swap(false, Ordering::AcqRel)
@@ -28,4 +37,11 @@ pub(super) fn take_copy() -> bool {
 /// Consume the zap failpoint.
 pub(super) fn take_zap() -> bool {
     FAIL_NEXT_ZAP.swap(false, Ordering::AcqRel)
+}
+
+/// Count one partial-chunk page store: true for the one to refuse.
+pub(super) fn take_partial_store() -> bool {
+    FAIL_PARTIAL_STORE
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+        .is_ok_and(|n| n == 1)
 }
