@@ -8,29 +8,21 @@
 //! attempt (with handler threads it would stay parked, as it must when a
 //! fault cannot be served).
 
-use uzswap::region::{failpoints, Advice, Config, HandlerMode, Region};
+use uzswap::region::{failpoints, Advice, Region};
 use uzswap::{Pattern, PAGE_SIZE};
 
 mod common;
-use common::{instance, page, read};
+use common::{index_region, page, read};
 
 const SEED: u64 = 21;
 const PER: usize = 16;
 
 #[test]
 fn a_failed_install_loses_nothing_and_the_retry_sees_the_data() {
-    let Some(uz) = instance(Config {
-        folio_order: 4,
-        handler: HandlerMode::Signal,
-        ..Config::default()
-    }) else {
+    let len = 1 << 20;
+    let Some((uz, r)) = index_region(len, SEED) else {
         return;
     };
-    let len = 1 << 20;
-    let r = uz.region(len).unwrap();
-    for i in 0..len / PAGE_SIZE {
-        Pattern::Index.fill(i as u64, SEED, page(&r, i));
-    }
     r.advise(0..len, Advice::PageOut).unwrap();
     assert_eq!(r.resident_bytes(), 0);
 

@@ -5,47 +5,25 @@
 //! and fault must bring every byte back. One test in its own binary: the
 //! failpoint is process-wide.
 
-use uzswap::region::{failpoints, Advice, Config, HandlerMode, Region};
-use uzswap::{Pattern, PAGE_SIZE};
+use uzswap::region::{failpoints, Advice, Region};
+use uzswap::PAGE_SIZE;
 
 mod common;
-use common::{instance, page, read};
+use common::{check_index, index_region, page, read};
 
 const SEED: u64 = 33;
 const PER: usize = 16;
 
-/// Every page holds the pattern, but the pages of `flipped`, whose first
-/// byte was inverted.
 fn check(r: &Region, flipped: &[usize]) {
-    for i in 0..r.len() / PAGE_SIZE {
-        let p = page(r, i);
-        let f = flipped.contains(&i);
-        if f {
-            p[0] ^= 0xff;
-        }
-        let ok = Pattern::Index.verify(i as u64, SEED, p);
-        if f {
-            p[0] ^= 0xff;
-        }
-        assert!(ok, "page {i}");
-    }
+    check_index(r, SEED, flipped)
 }
 
 #[test]
 fn a_refused_zap_keeps_the_chunk_mapped_and_loses_nothing() {
-    let Some(uz) = instance(Config {
-        folio_order: 4,
-        handler: HandlerMode::Signal,
-        ..Config::default()
-    }) else {
+    let len = 8 * PER * PAGE_SIZE;
+    let Some((uz, r)) = index_region(len, SEED) else {
         return;
     };
-    let chunk = uz.chunk_bytes();
-    let len = 8 * chunk;
-    let r = uz.region(len).unwrap();
-    for i in 0..len / PAGE_SIZE {
-        Pattern::Index.fill(i as u64, SEED, page(&r, i));
-    }
 
     // Whole chunks: the page-out stores all eight as one run, and the one
     // zap for them fails. They stay mapped, charged, and writable.

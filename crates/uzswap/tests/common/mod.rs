@@ -30,3 +30,38 @@ pub fn read(r: &Region, i: usize) -> u8 {
     // SAFETY: an in-bounds read of the live region.
     unsafe { std::ptr::read_volatile(page(r, i).as_ptr()) }
 }
+
+/// The failpoint tests' setup: an instance with 64 KiB chunks whose faults
+/// are resolved by the faulting thread, and a region of `len` bytes filled
+/// with the index pattern. None where userfaultfd is unavailable.
+#[allow(dead_code)]
+pub fn index_region(len: usize, seed: u64) -> Option<(Uzswap, Region)> {
+    let uz = instance(Config {
+        folio_order: 4,
+        handler: uzswap::region::HandlerMode::Signal,
+        ..Config::default()
+    })?;
+    let r = uz.region(len).unwrap();
+    for i in 0..len / PAGE_SIZE {
+        uzswap::Pattern::Index.fill(i as u64, seed, page(&r, i));
+    }
+    Some((uz, r))
+}
+
+/// Every page of `r` holds the index pattern, but the pages of `flipped`,
+/// whose first byte was inverted.
+#[allow(dead_code)]
+pub fn check_index(r: &Region, seed: u64, flipped: &[usize]) {
+    for i in 0..r.len() / PAGE_SIZE {
+        let p = page(r, i);
+        let f = flipped.contains(&i);
+        if f {
+            p[0] ^= 0xff;
+        }
+        let ok = uzswap::Pattern::Index.verify(i as u64, seed, p);
+        if f {
+            p[0] ^= 0xff;
+        }
+        assert!(ok, "page {i}");
+    }
+}
