@@ -18,6 +18,17 @@ const HOT: usize = 32;
 
 #[test]
 fn cold_random_reads_do_not_push_out_a_mapped_hot_set() {
+    hot_set_stays(1);
+}
+
+/// The same over 32 regions of 32 chunks, the hot set the first of them:
+/// the evictor finds the regions of queued chunks through a map.
+#[test]
+fn probation_spans_many_regions() {
+    hot_set_stays(32);
+}
+
+fn hot_set_stays(nregions: usize) {
     // Same-filled pages cost the pool nothing, so the 8 MiB budget is all
     // resident room: the 2 MiB hot set plus slack that the cold reads
     // (4 MiB a round) pass through several times.
@@ -30,18 +41,23 @@ fn cold_random_reads_do_not_push_out_a_mapped_hot_set() {
         return;
     };
     let chunk = uz.chunk_bytes();
-    let r = uz.region(CHUNKS * chunk).unwrap();
+    let per_region = CHUNKS / nregions;
+    let regions: Vec<_> = (0..nregions)
+        .map(|_| uz.region(per_region * chunk).unwrap())
+        .collect();
+    // Page `i` of the whole working set: its region and its index there.
+    let at = |i: usize| {
+        let pages = per_region * PER;
+        page(&regions[i / pages], i % pages)
+    };
     let pages = CHUNKS * PER;
     for i in 0..pages {
-        Pattern::Same.fill(i as u64, SEED, page(&r, i));
+        Pattern::Same.fill(i as u64, SEED, at(i));
     }
-    r.advise(0..r.len(), Advice::PageOut).unwrap();
-    let check = |i: usize| {
-        assert!(
-            Pattern::Same.verify(i as u64, SEED, page(&r, i)),
-            "page {i}"
-        )
-    };
+    for r in &regions {
+        r.advise(0..r.len(), Advice::PageOut).unwrap();
+    }
+    let check = |i: usize| assert!(Pattern::Same.verify(i as u64, SEED, at(i)), "page {i}");
 
     // The hot set, read in order: each chunk comes in whole.
     let read_hot = || (0..HOT * PER).for_each(check);

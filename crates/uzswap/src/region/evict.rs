@@ -350,6 +350,14 @@ fn take_probation(
 ) -> u64 {
     let mut got = 0u64;
     let mut popped = Vec::with_capacity(64);
+    // Region ids are never reused, so an entry of a dropped region finds
+    // nothing. Few regions are searched in place; many, through a map.
+    let by_id: Option<std::collections::HashMap<u32, &Arc<RegionInner>>> =
+        (regions.len() > 16).then(|| regions.iter().map(|r| (r.id, r)).collect());
+    let find = |id: u32| match &by_id {
+        Some(m) => m.get(&id).copied(),
+        None => regions.iter().find(|r| r.id == id),
+    };
     while got < want {
         // Popped under the queue's lock, examined without it: the fault
         // path pushes while holding a region's `live` lock.
@@ -366,7 +374,7 @@ fn take_probation(
         while i < popped.len() && got < want {
             let (id, ci) = popped[i];
             i += 1;
-            let Some(r) = regions.iter().find(|r| r.id == id) else {
+            let Some(r) = find(id) else {
                 continue;
             };
             let live = r.live.read();
