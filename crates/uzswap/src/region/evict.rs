@@ -228,6 +228,12 @@ pub(super) fn evictor_loop(sh: &Shared) {
             }
             let freed = {
                 let mut clock = sh.evict_lock.lock();
+                // A backstop or a `PageOut` hint may have freed enough
+                // while we waited for the lock: a batch now would evict
+                // chunks in use for nothing.
+                if sh.usage() <= sh.low {
+                    break;
+                }
                 evict_batch(sh, &mut clock)
             };
             if let Some(base) = sh.base_share {
