@@ -343,6 +343,23 @@ fn select(
     }
 }
 
+/// Most entries the probation queue keeps. A live entry is a PARTIAL
+/// chunk, charged at least a page, so no more than the budget's pages can
+/// be live at once; the rest are stale (chunks completed, or pushed while no
+/// batch ran to pop them, as with `PageOut` hints under the budget).
+const PROBATION_MAX: u64 = 1 << 20;
+
+/// Queue chunk `ci` of `r`, just made PARTIAL by its first random read, on
+/// probation. Past the cap the oldest entry goes: it is left to the CLOCK.
+pub(super) fn on_probation(sh: &Shared, r: &RegionInner, ci: usize) {
+    let cap = (sh.cfg.budget / PAGE_SIZE as u64).clamp(64, PROBATION_MAX) as usize;
+    let mut q = sh.probation.lock();
+    if q.len() >= cap {
+        q.pop_front();
+    }
+    q.push_back((r.id, ci as u32));
+}
+
 /// Take the oldest chunks of the probation queue that are still PARTIAL
 /// with no second read (no REF), until they hold `want` resident bytes.
 /// Returns the bytes taken. An entry whose chunk moved on (completed,

@@ -29,19 +29,24 @@ pub fn fail_partial_store(n: u32) {
     FAIL_PARTIAL_STORE.store(n, Ordering::Release);
 }
 
+// The takes run on every install, zap and partial store: a plain load
+// first, so that a disarmed failpoint costs no write to a cache line the
+// faulting threads share.
+
 /// Consume the copy failpoint.
 pub(super) fn take_copy() -> bool {
-    FAIL_NEXT_COPY.swap(false, Ordering::AcqRel)
+    FAIL_NEXT_COPY.load(Ordering::Relaxed) && FAIL_NEXT_COPY.swap(false, Ordering::AcqRel)
 }
 
 /// Consume the zap failpoint.
 pub(super) fn take_zap() -> bool {
-    FAIL_NEXT_ZAP.swap(false, Ordering::AcqRel)
+    FAIL_NEXT_ZAP.load(Ordering::Relaxed) && FAIL_NEXT_ZAP.swap(false, Ordering::AcqRel)
 }
 
 /// Count one partial-chunk page store: true for the one to refuse.
 pub(super) fn take_partial_store() -> bool {
-    FAIL_PARTIAL_STORE
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-        .is_ok_and(|n| n == 1)
+    FAIL_PARTIAL_STORE.load(Ordering::Relaxed) != 0
+        && FAIL_PARTIAL_STORE
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok_and(|n| n == 1)
 }

@@ -507,7 +507,7 @@ fn install_group(
     let bits = chunk::part_bits(mask | chunk::group_bit(p, pages));
     chunk::release(&r.state[ci], PARTIAL, clear, flags | bits);
     if mask == 0 {
-        sh.probation.lock().push_back((r.id, ci as u32));
+        super::evict::on_probation(sh, r, ci);
     }
     // Faults on other pages of the chunk may have parked on it.
     settled(sh, base);

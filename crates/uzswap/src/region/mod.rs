@@ -447,7 +447,8 @@ struct Shared {
     evict_lock: Mutex<evict::Clock>,
     /// Chunks that came in as one random read (a PARTIAL chunk's first
     /// group), oldest first, as (region id, chunk index): the evictor takes
-    /// the ones still PARTIAL before it moves the CLOCK hand (`evict.rs`).
+    /// the ones still PARTIAL before it moves the CLOCK hand. Pushed, and
+    /// bounded, by `evict::on_probation`.
     probation: Mutex<std::collections::VecDeque<(u32, u32)>>,
     kick: Mutex<bool>,
     kick_cv: Condvar,
