@@ -332,6 +332,51 @@ fn shrinker_thread_enforces_the_pool_share() {
     drop(z); // joins the thread
 }
 
+/// A run toward the pool's share writes back about the excess. The pool's
+/// size is its spans' pages, and the coldest entries are spread over the
+/// oldest spans of every size class: written back, they leave holes that
+/// free no page until the walk compacts, so a walk that did not would
+/// write back many times the excess before the pool showed any of it.
+#[test]
+fn a_share_run_writes_back_about_the_excess() {
+    let z = Arc::new(Zswap::new(cfg(u64::MAX, Some(256))).unwrap());
+    z.start_shrinker().unwrap();
+    let n = 16384u64;
+    for i in 0..n {
+        z.store(SwapEntry::new(1, i), &page(i, 11)).unwrap();
+    }
+    // Every other page loaded and stored again: warm entries now share
+    // the old spans with the cold ones, as after a working set's reads.
+    let mut out = vec![0u8; PAGE_SIZE];
+    for i in (0..n).step_by(2) {
+        z.load(SwapEntry::new(1, i), &mut out, LoadMode::Exclusive)
+            .unwrap();
+        z.store(SwapEntry::new(1, i), &out).unwrap();
+    }
+    let total = z.stats().pool_total_size;
+    let excess = 1 << 20;
+    z.set_pool_share_bytes(total - excess);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while z.stats().pool_total_size > total - excess && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let s = z.stats();
+    assert!(s.pool_total_size <= total - excess, "{s:?}");
+    // Pool bytes per page, spans and all: what each page written back
+    // could have given back at best.
+    let per_page = total / n;
+    assert!(
+        s.written_back_pages * per_page <= 4 * excess,
+        "{} pages ({} KiB of pool) written back for {} KiB",
+        s.written_back_pages,
+        (s.written_back_pages * per_page) >> 10,
+        excess >> 10
+    );
+    for i in 0..n {
+        check(&z, SwapEntry::new(1, i), 11, LoadMode::Exclusive);
+    }
+}
+
 /// Pages stored as is go to the device before compressed ones, however
 /// much older those are: writing a plain page back frees a whole page of
 /// pool for the device read a compressed one costs. They keep their second
