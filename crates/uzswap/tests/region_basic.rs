@@ -266,7 +266,7 @@ fn a_pool_with_room_writes_nothing_back() {
     // 40 MiB of index pages (~1.9:1 with lz4) under a 32 MiB budget whose
     // pool may take 90%: every page fits in the pool compressed, clean
     // copies of the resident ones included, below where the shrinker starts
-    // (7/8 of the share), so none has to go to the device. A store near the
+    // (7/8 of a configured share), so none has to go to the device. A store near the
     // budget must count the pool's already-charged reserve (a huge arena's
     // untouched pages) as room, not make room for a new arena on top of it
     // by writing back.
