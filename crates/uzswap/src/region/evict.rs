@@ -30,7 +30,11 @@
 //! it, a region's `live` lock is read-held while its chunks are scanned or
 //! evicted. The probation queue's lock is a leaf: faults push under `live`,
 //! so the evictor pops entries and drops the queue's lock before it takes
-//! any `live`. Nothing here waits for a fault handler.
+//! any `live`. Nothing here waits for a fault handler. A fault at the
+//! backstop takes `evict_lock` with a timeout and, between tries, only
+//! reads the usage counters: it goes ahead once the batch in flight has
+//! made its room, holding no lock (faults never take `evict_lock` under
+//! `live`).
 
 use super::chunk::{self, *};
 use super::{RegionInner, Shared};
