@@ -138,9 +138,9 @@ pub(super) fn maybe_kick(sh: &Shared) {
 }
 
 /// Called by the fault handler before installing a chunk: if that would
-/// leave less than the store margin under the budget, evict inline (after
-/// any batch in flight, which holds `evict_lock`), so resident + pool never
-/// exceeds the budget.
+/// leave less than the store margin under the budget, wait for a batch in
+/// flight (which holds `evict_lock`) to make the room, or evict inline, so
+/// resident + pool never exceeds the budget.
 ///
 /// The limit keeps the whole store margin free, not the part a huge
 /// arena's reserve does not cover (`store_need`): when a store maps a new

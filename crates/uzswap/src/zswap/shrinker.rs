@@ -216,14 +216,9 @@ impl Zswap {
         }
         // Twice the LRU: every entry may need its second chance first.
         let max_scan = self.tree.lru.len().saturating_mul(2);
-        let r: ShrinkResult = self
-            .writeback_walk(max_scan, LIMIT_WALK, ctx, |z| z.pool.total_size() <= target)
-            .into();
-        if self.pool.total_size() > target && r.written_back > 0 {
-            // Freed objects leave holes in pool spans; give those back.
-            self.pool.compact();
-        }
-        r
+        // The walk compacts as it frees and once more at its end.
+        self.writeback_walk(max_scan, LIMIT_WALK, ctx, |z| z.pool.total_size() <= target)
+            .into()
     }
 
     /// Write back about `bytes` of pool memory now, coldest first (second

@@ -168,7 +168,8 @@ impl Zswap {
             }
             if let Some(idx) = self.tree.raw_shard(raw_from) {
                 raw_from = idx + 1;
-                self.writeback_raw(dev, idx, max_scan, ctx, &mut res);
+                unreturned += self.writeback_raw(dev, idx, max_scan, ctx, &mut res);
+                self.compact_every(&mut unreturned);
                 continue;
             }
             let Some((idx, second)) = self.tree.lru.oldest_shard() else {
@@ -216,16 +217,7 @@ impl Zswap {
                 unreturned += saved;
             }
             unreturned += self.write_counted(dev, idx, batch, ctx, &mut res);
-            // Objects written back, and the larger objects recompression
-            // replaced, leave holes in their spans: only compaction turns
-            // them into the smaller pool that `done` looks for. Without it
-            // as the walk goes, a walk to a target writes back many times
-            // what it needed (measured: 22k pages written back to bring a
-            // 277 MiB pool to 272).
-            if unreturned >= COMPACT_EVERY {
-                self.pool.compact();
-                unreturned = 0;
-            }
+            self.compact_every(&mut unreturned);
         }
         if unreturned > 0 {
             self.pool.compact();
@@ -235,10 +227,24 @@ impl Zswap {
         res
     }
 
+    /// Compact once a walk has freed or shrunk `unreturned` bytes of
+    /// objects, at least `COMPACT_EVERY`. Objects written back, and the
+    /// larger objects recompression replaced, leave holes in their spans
+    /// (and emptied spans stay cached): only compaction turns them into the
+    /// smaller pool that a walk's `done` looks for. Without it as the walk
+    /// goes, a walk to a target writes back many times what it needed
+    /// (measured: 22k pages written back to bring a 277 MiB pool to 272).
+    fn compact_every(&self, unreturned: &mut u64) {
+        if *unreturned >= COMPACT_EVERY {
+            self.pool.compact();
+            *unreturned = 0;
+        }
+    }
+
     /// One step of a walk on shard `idx`'s raw ring: entries stored as is
     /// go before the LRU's order, with their second chance (a referenced
     /// one is rotated on both rings), since writing one back frees a whole
-    /// page of pool.
+    /// page of pool. Returns the pool bytes written back (`write_counted`).
     fn writeback_raw(
         &self,
         dev: &SwapDevice,
@@ -246,7 +252,7 @@ impl Zswap {
         max_scan: u64,
         ctx: &mut dyn CompressCtx,
         res: &mut WalkResult,
-    ) {
+    ) -> u64 {
         let mut batch = Vec::with_capacity(WB_BATCH);
         {
             let mut g = self.tree.lock_index(idx);
@@ -257,7 +263,7 @@ impl Zswap {
                 }
             }
         }
-        self.write_counted(dev, idx, batch, ctx, res);
+        self.write_counted(dev, idx, batch, ctx, res)
     }
 
     /// A walk meets the live entry of `node`: if it is referenced it loses
