@@ -146,6 +146,10 @@ pub struct Args {
     /// uzswap: no swap device; every compressed page stays in the pool.
     #[arg(long)]
     pub no_writeback: bool,
+    /// uzswap: back the pool with transparent huge pages once it holds
+    /// 2 MiB (off by default: see docs/BENCHMARKS.md, "Huge arenas off").
+    #[arg(long)]
+    pub huge_arenas: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -342,6 +346,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         };
         cfg.zswap.compressor = args.compressor.clone();
         cfg.zswap.recompress = args.recompress.clone();
+        cfg.zswap.huge_arenas = args.huge_arenas;
         if args.no_writeback {
             cfg.writeback = None;
         } else if let Some(wb) = cfg.writeback.as_mut() {

@@ -16,9 +16,10 @@
 //! that length pops it. Cached runs are given back to the OS lazily and in
 //! bulk (whole empty arenas `munmap`ed, other ranges `MADV_DONTNEED`) once
 //! they exceed 1/16 of the live spans' bytes, and all of them by
-//! [`ZsPool::compact`]. Once the pool has an arena's worth of live pages,
-//! new arenas are transparent huge pages where the kernel offers them,
-//! faulted in whole (cheaper to fault in and to give back; see
+//! [`ZsPool::compact`]. With [`PoolConfig::huge_arenas`], once the pool
+//! has an arena's worth of live pages, new arenas are transparent huge
+//! pages where the kernel offers them, faulted in whole (cheaper to fault
+//! in and to give back where huge pages are cheap to clear; see
 //! `page_alloc`). `pool_total_size` is the pages of live spans plus the
 //! cached runs ([`PoolStats::cached_bytes`]) plus the huge arenas' pages not
 //! yet handed out: all the pool holds.

@@ -346,6 +346,8 @@ pub(crate) struct PageAlloc {
     /// Signalled when a huge arena faulted in outside the lock is added
     /// (or failed).
     grown: parking_lot::Condvar,
+    /// `Inner::huge_ok`, fixed at creation; read without the lock.
+    huge_ok: bool,
     held: AtomicU64,
     cached: AtomicU64,
     arenas: AtomicU64,
@@ -364,6 +366,7 @@ impl PageAlloc {
     /// A provider; `huge` lets it map huge arenas where the kernel offers
     /// huge pages ([`huge_pages_available`]).
     pub(crate) fn new(huge: bool) -> Self {
+        let huge_ok = huge && huge_pages_available();
         Self {
             inner: Mutex::new(Inner {
                 arenas: Vec::new(),
@@ -372,12 +375,13 @@ impl PageAlloc {
                 current: None,
                 live_pages: 0,
                 cached_pages: 0,
-                huge_ok: huge && huge_pages_available(),
+                huge_ok,
                 huge_arenas: 0,
                 reserve_pages: 0,
                 pending_pages: 0,
             }),
             grown: parking_lot::Condvar::new(),
+            huge_ok,
             held: AtomicU64::new(0),
             cached: AtomicU64::new(0),
             arenas: AtomicU64::new(0),
@@ -399,6 +403,12 @@ impl PageAlloc {
     /// Arena mappings the provider holds.
     pub(crate) fn arenas(&self) -> u64 {
         self.arenas.load(Ordering::Relaxed)
+    }
+
+    /// Whether new arenas may be huge (asked for, and the kernel offers
+    /// huge pages of an arena's size).
+    pub(crate) fn huge_ok(&self) -> bool {
+        self.huge_ok
     }
 
     /// Of [`Self::arenas`], those mapped huge and not broken since.

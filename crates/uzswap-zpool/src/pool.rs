@@ -21,7 +21,8 @@ pub struct PoolConfig {
     pub max_pages_per_span: usize,
     /// Map arenas as transparent huge pages once the pool is large enough,
     /// where the kernel offers them (see `page_alloc`): cheaper to fault in
-    /// and to give back. Off: every arena is faulted 4 KiB at a time.
+    /// and to give back, where a fresh huge page is cheap to clear. Off
+    /// (the default): every arena is faulted 4 KiB at a time.
     pub huge_arenas: bool,
 }
 
@@ -29,7 +30,7 @@ impl Default for PoolConfig {
     fn default() -> Self {
         Self {
             max_pages_per_span: DEFAULT_MAX_PAGES_PER_SPAN,
-            huge_arenas: true,
+            huge_arenas: false,
         }
     }
 }
@@ -349,6 +350,13 @@ impl ZsPool {
     /// room the next stores fill without growing the pool. One relaxed load.
     pub fn reserve_bytes(&self) -> u64 {
         self.pages.reserve_bytes()
+    }
+
+    /// Whether the pool may map a huge arena when it grows: a store can
+    /// then hold 2 MiB more at once ([`PoolConfig::huge_arenas`], where the
+    /// kernel offers huge pages).
+    pub fn may_map_huge(&self) -> bool {
+        self.pages.huge_ok()
     }
 
     pub fn stats(&self) -> PoolStats {

@@ -269,30 +269,39 @@ fn a_pool_with_room_writes_nothing_back() {
     // (7/8 of a configured share), so none has to go to the device. A store near the
     // budget must count the pool's already-charged reserve (a huge arena's
     // untouched pages) as room, not make room for a new arena on top of it
-    // by writing back.
-    let Some(uz) = instance(Config {
-        budget: 32 << 20,
-        pool_share_percent: 90,
-        ..Config::default()
-    }) else {
-        return;
-    };
-    let len = 40 << 20;
-    let r = uz.region(len).unwrap();
-    for i in 0..len / PAGE_SIZE {
-        Pattern::Index.fill(i as u64, 6, page_mut(r.as_ptr(), i));
-    }
-    for i in 0..len / PAGE_SIZE {
-        assert!(
-            Pattern::Index.verify(i as u64, 6, page_mut(r.as_ptr(), i)),
-            "page {i}"
+    // by writing back. With huge arenas (a reserve) and without (the
+    // default: a margin with no arena in it).
+    for huge in [false, true] {
+        let mut cfg = Config {
+            budget: 32 << 20,
+            pool_share_percent: 90,
+            ..Config::default()
+        };
+        cfg.zswap.huge_arenas = huge;
+        let Some(uz) = instance(cfg) else {
+            return;
+        };
+        let len = 40 << 20;
+        let r = uz.region(len).unwrap();
+        for i in 0..len / PAGE_SIZE {
+            Pattern::Index.fill(i as u64, 6, page_mut(r.as_ptr(), i));
+        }
+        for i in 0..len / PAGE_SIZE {
+            assert!(
+                Pattern::Index.verify(i as u64, 6, page_mut(r.as_ptr(), i)),
+                "huge {huge}: page {i}"
+            );
+        }
+        let st = uz.stats();
+        assert!(st.zswap.stored_pages > 0, "huge {huge}: {st:?}");
+        assert_eq!(st.zswap.written_back_pages, 0, "huge {huge}: {st:?}");
+        assert_eq!(
+            (st.fault_errors, st.budget_overruns),
+            (0, 0),
+            "huge {huge}: {st:?}"
         );
+        assert!(st.peak_bytes <= 32 << 20, "huge {huge}: {st:?}");
     }
-    let st = uz.stats();
-    assert!(st.zswap.stored_pages > 0, "{st:?}");
-    assert_eq!(st.zswap.written_back_pages, 0, "{st:?}");
-    assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
-    assert!(st.peak_bytes <= 32 << 20, "{st:?}");
 }
 
 #[test]

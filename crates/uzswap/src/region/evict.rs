@@ -93,10 +93,15 @@ const ARENA_GROWTH: u64 = uzswap_zpool::ARENA_BYTES as u64;
 
 /// Headroom under the budget for the store in flight, at most: its
 /// compressed copy (at worst the whole chunk, stored as is) lands in the
-/// pool, which grows by whole spans or a whole arena, a moment before the
-/// chunk's resident charge goes.
-pub(super) fn store_margin(chunk: usize) -> u64 {
-    chunk as u64 + SPAN_GROWTH + ARENA_GROWTH
+/// pool, which grows by whole spans, or by a whole arena where it may map
+/// huge ones (`huge`), a moment before the chunk's resident charge goes.
+pub(super) fn store_margin(chunk: usize, huge: bool) -> u64 {
+    chunk as u64 + SPAN_GROWTH + if huge { ARENA_GROWTH } else { 0 }
+}
+
+/// [`store_margin`] for this instance's pool.
+fn margin(sh: &Shared) -> u64 {
+    store_margin(sh.chunk, sh.zswap.pool_may_map_huge())
 }
 
 /// The headroom the next store needs now. A huge arena's reserve is already
@@ -106,7 +111,8 @@ pub(super) fn store_margin(chunk: usize) -> u64 {
 /// already charged would find every store after a new arena 2 MiB short,
 /// and make room by writing back cold pages the pool has room for.
 fn store_need(sh: &Shared) -> u64 {
-    store_margin(sh.chunk) - sh.zswap.pool_reserve_bytes().min(ARENA_GROWTH)
+    let reserve = sh.zswap.pool_reserve_bytes().min(ARENA_GROWTH);
+    margin(sh).saturating_sub(reserve)
 }
 const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
 /// How often a fault waiting behind a batch in flight looks again at the
@@ -152,7 +158,7 @@ pub(super) fn maybe_kick(sh: &Shared) {
 /// later). With the full margin kept here, `room_for_store` rarely finds
 /// a store short.
 pub(super) fn backstop(sh: &Shared) {
-    let limit = || sh.cfg.budget.saturating_sub(store_margin(sh.chunk));
+    let limit = || sh.cfg.budget.saturating_sub(margin(sh));
     // Every handler thread (or faulting thread, in signal mode) may be
     // about to install a chunk at once.
     let incoming = (sh.chunk * sh.installers()) as u64;

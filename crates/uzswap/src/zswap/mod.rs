@@ -97,7 +97,7 @@ pub use stats::{OrderStats, ZswapStats};
 
 use crate::compress::{self, BatchEngine, EngineConfig};
 use crate::swap::{SwapDevice, SwapDeviceConfig};
-use crate::zpool::ZsPool;
+use crate::zpool::{PoolConfig, ZsPool};
 use crate::{MAX_ORDER, PAGE_SIZE};
 use limits::PoolLimit;
 use stats::Counters;
@@ -181,6 +181,12 @@ pub struct ZswapConfig {
     /// PSI trigger written to /proc/pressure/memory by the shrinker thread
     /// ("some <stall us> <window us>"); `None`: do not watch PSI.
     pub psi_trigger: Option<String>,
+    /// Back the pool with transparent huge pages once it holds an arena
+    /// (`zpool::PoolConfig::huge_arenas`). Off by default: where the host
+    /// reclaims the guest's free 2 MiB blocks (free page reporting), each
+    /// new huge page costs milliseconds of host faults to clear, more than
+    /// the 4 KiB faults it saves (docs/BENCHMARKS.md, "Huge arenas off").
+    pub huge_arenas: bool,
 }
 
 impl Default for ZswapConfig {
@@ -202,6 +208,7 @@ impl Default for ZswapConfig {
             pool_share_bytes: u64::MAX,
             recompress: None,
             psi_trigger: Some("some 150000 1000000".into()),
+            huge_arenas: false,
         }
     }
 }
@@ -390,7 +397,10 @@ impl Zswap {
             limit: PoolLimit::new(cfg.max_pool_bytes, cfg.accept_threshold_percent),
             engine,
             dense,
-            pool: ZsPool::new(),
+            pool: ZsPool::with_config(PoolConfig {
+                huge_arenas: cfg.huge_arenas,
+                ..PoolConfig::default()
+            }),
             tree: Tree::new(),
             counters: Counters::default(),
             device,
@@ -423,6 +433,12 @@ impl Zswap {
     /// out yet (a huge arena's untouched pages): stores fill them first.
     pub fn pool_reserve_bytes(&self) -> u64 {
         self.pool.reserve_bytes()
+    }
+
+    /// Whether the pool may grow by a whole huge arena at once
+    /// ([`ZswapConfig::huge_arenas`], where the kernel offers huge pages).
+    pub fn pool_may_map_huge(&self) -> bool {
+        self.pool.may_map_huge()
     }
 
     /// Change the pool limit (e.g. when the budget changes).
