@@ -342,3 +342,47 @@ fn recompressed_pages_fault_back_byte_exact() {
     assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
     assert!(st.peak_bytes <= 16 << 20, "{st:?}");
 }
+
+#[test]
+fn two_writers_with_room_in_the_pool_write_nothing_back() {
+    // Two threads fill 64 MiB of mixed pages (a tenth incompressible)
+    // under a 48 MiB budget whose pool may take 90%: compressed, every page
+    // fits, so nothing should go to the device. Faults resolved in the
+    // writing threads take any room the evictor's stores leave at once; a
+    // store that opens spans grows the pool by more than the chunk it
+    // uncharges, and the next store must still find its margin there
+    // rather than write back to make room.
+    use uzswap::region::HandlerMode;
+    let Some(uz) = instance(Config {
+        budget: 48 << 20,
+        pool_share_percent: 90,
+        handler: HandlerMode::Signal,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let len = 64 << 20;
+    let r = uz.region(len).unwrap();
+    let base = r.as_ptr() as usize;
+    let pages = len / PAGE_SIZE;
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            s.spawn(move || {
+                for i in (t * pages / 2)..((t + 1) * pages / 2) {
+                    Pattern::Mixed.fill(i as u64, 8, page_mut(base as *mut u8, i));
+                }
+            });
+        }
+    });
+    for i in 0..pages {
+        assert!(
+            Pattern::Mixed.verify(i as u64, 8, page_mut(r.as_ptr(), i)),
+            "page {i}"
+        );
+    }
+    let st = uz.stats();
+    assert!(st.zswap.stored_pages > 0, "{st:?}");
+    assert_eq!(st.zswap.written_back_pages, 0, "{st:?}");
+    assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
+    assert!(st.peak_bytes <= 48 << 20, "{st:?}");
+}

@@ -598,7 +598,7 @@ impl Uzswap {
             // does not get: with 1/32 of the budget on top of the batch
             // (35 MiB idle of 512), usemem's skewed reads ran 3-8% slower.
             let high = cfg.budget.saturating_sub(
-                batch_bytes + evict::store_margin(chunk, zswap.pool_may_map_huge()),
+                batch_bytes + evict::fault_margin(chunk, zswap.pool_may_map_huge()),
             );
             (high, high.saturating_sub(batch_bytes))
         };
