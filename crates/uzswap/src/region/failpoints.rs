@@ -9,6 +9,8 @@ static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
 static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
 /// Partial-chunk page stores left until the refused one (0: disarmed).
 static FAIL_PARTIAL_STORE: AtomicU32 = AtomicU32::new(0);
+static HOLD_PARTIAL_EVICT: AtomicBool = AtomicBool::new(false);
+static HOLDING: AtomicBool = AtomicBool::new(false);
 
 /// The next `UFFDIO_COPY` installs the first half of its pages (whole
 /// pages, possibly none) and then fails.
@@ -27,6 +29,19 @@ pub fn fail_next_zap() {
 /// it are stored.
 pub fn fail_partial_store(n: u32) {
     FAIL_PARTIAL_STORE.store(n, Ordering::Release);
+}
+
+/// The evictor's next partial victim is held, EVICTING, before it is
+/// evicted, until a fault waits on it (or 10 s pass); [`holding`] says
+/// when it is.
+pub fn hold_partial_evict() {
+    HOLDING.store(false, Ordering::Release);
+    HOLD_PARTIAL_EVICT.store(true, Ordering::Release);
+}
+
+/// Whether the evictor holds a partial victim for [`hold_partial_evict`].
+pub fn holding() -> bool {
+    HOLDING.load(Ordering::Acquire)
 }
 
 // The takes run on every install, zap and partial store: a plain load
@@ -49,4 +64,20 @@ pub(super) fn take_partial_store() -> bool {
         && FAIL_PARTIAL_STORE
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok_and(|n| n == 1)
+}
+
+/// Consume the hold failpoint: if armed, hold here until `waited()` or
+/// 10 s.
+pub(super) fn take_hold(waited: impl Fn() -> bool) {
+    if !(HOLD_PARTIAL_EVICT.load(Ordering::Relaxed)
+        && HOLD_PARTIAL_EVICT.swap(false, Ordering::AcqRel))
+    {
+        return;
+    }
+    HOLDING.store(true, Ordering::Release);
+    let t = std::time::Instant::now();
+    while !waited() && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    HOLDING.store(false, Ordering::Release);
 }

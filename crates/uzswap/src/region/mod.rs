@@ -46,6 +46,8 @@
 //!   EVICTING  --zap refused: drop its copies, unprotect------> RESIDENT
 //!   EVICTING  --a partial chunk's zap refused: drop the
 //!               mapped pages' copies---------------------------> PARTIAL
+//!   EVICTING  --a partial victim not yet evicted, with a read
+//!               of its other pages waiting: handed back, REF---> PARTIAL
 //! ```
 //! A chunk entering PARTIAL from STORED is queued on probation: the evictor
 //! takes such chunks, oldest first, while they are still PARTIAL with no
@@ -358,6 +360,9 @@ pub struct UzswapStats {
     /// Chunks the evictor took from probation (a partial chunk read once,
     /// `evict.rs`) rather than by CLOCK.
     pub evicted_probation: u64,
+    /// Partial chunks a batch had taken and then handed back, because a
+    /// read of their unmapped pages was waiting on them.
+    pub evict_yielded: u64,
     /// Stores refused (the chunk stayed resident).
     pub evict_aborts: u64,
     pub evict_batches: u64,
@@ -390,6 +395,7 @@ struct Counters {
     evicted_chunks: AtomicU64,
     evicted_clean: AtomicU64,
     evicted_probation: AtomicU64,
+    evict_yielded: AtomicU64,
     evict_aborts: AtomicU64,
     evict_batches: AtomicU64,
     evict_inline_batches: AtomicU64,
@@ -464,6 +470,11 @@ struct Shared {
     /// Signal mode: threads resolving a fault now (the backstop's count of
     /// installs that may land at once).
     faulting: std::sync::atomic::AtomicUsize,
+    /// Bumped by each fault that finds its chunk EVICTING and waits for it:
+    /// a batch in flight zaps what it has gathered as soon as this moves,
+    /// so the fault waits for one store, not for the rest of the batch
+    /// (`evict::run_protocol`).
+    evict_waits: AtomicU64,
     lat_pool: Histogram,
     lat_zero: Histogram,
     /// Zeros, the source of zero-fill installs (one fault-around window).
@@ -642,6 +653,7 @@ impl Uzswap {
             ctr: Counters::default(),
             signal,
             faulting: std::sync::atomic::AtomicUsize::new(0),
+            evict_waits: AtomicU64::new(0),
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
@@ -949,6 +961,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         fault_errors: g(&c.fault_errors),
         evicted_chunks: g(&c.evicted_chunks),
         evicted_probation: g(&c.evicted_probation),
+        evict_yielded: g(&c.evict_yielded),
         evicted_clean: g(&c.evicted_clean),
         evict_aborts: g(&c.evict_aborts),
         evict_batches: g(&c.evict_batches),
