@@ -326,9 +326,6 @@ struct Inner {
     current: Option<u32>,
     live_pages: u64,
     cached_pages: u64,
-    /// New arenas may be huge (the kernel offers huge pages and the owner
-    /// asked for them).
-    huge_ok: bool,
     huge_arenas: u64,
     /// Clean pages of huge arenas: faulted in with their huge page, held.
     reserve_pages: u64,
@@ -346,7 +343,8 @@ pub(crate) struct PageAlloc {
     /// Signalled when a huge arena faulted in outside the lock is added
     /// (or failed).
     grown: parking_lot::Condvar,
-    /// `Inner::huge_ok`, fixed at creation; read without the lock.
+    /// New arenas may be huge (the kernel offers huge pages and the owner
+    /// asked for them); fixed at creation.
     huge_ok: bool,
     held: AtomicU64,
     cached: AtomicU64,
@@ -375,7 +373,6 @@ impl PageAlloc {
                 current: None,
                 live_pages: 0,
                 cached_pages: 0,
-                huge_ok,
                 huge_arenas: 0,
                 reserve_pages: 0,
                 pending_pages: 0,
@@ -445,7 +442,7 @@ impl PageAlloc {
                 self.grown.wait(&mut g);
                 continue;
             }
-            if inner.huge_fits() {
+            if self.huge_ok && inner.huge_fits() {
                 inner.pending_pages = ARENA_PAGES as u64;
                 self.publish(inner);
                 let made = parking_lot::MutexGuard::unlocked(&mut g, || {
@@ -617,10 +614,11 @@ impl Inner {
         n.max(cap.saturating_sub(self.cached_pages) as usize)
     }
 
-    /// Whether a new arena may be huge: the pool already has an arena's
-    /// worth of live pages, so a huge page is not held for a few objects.
+    /// Whether a new arena may be huge where huge arenas are allowed: the
+    /// pool already has an arena's worth of live pages, so a huge page is
+    /// not held for a few objects.
     fn huge_fits(&self) -> bool {
-        self.huge_ok && self.live_pages >= ARENA_PAGES as u64
+        self.live_pages >= ARENA_PAGES as u64
     }
 
     /// Clean pages for a run of `n`: the current arena first, then any.
@@ -840,7 +838,7 @@ impl PageAlloc {
         }
         assert_eq!((live, cached), (g.live_pages, g.cached_pages));
         assert_eq!((huge, reserve), (g.huge_arenas, g.reserve_pages));
-        assert!(huge == 0 || g.huge_ok, "huge arenas only where allowed");
+        assert!(huge == 0 || self.huge_ok, "huge arenas only where allowed");
         // The cache bound holds between operations.
         assert!(
             cached * CACHE_DIVISOR <= live,

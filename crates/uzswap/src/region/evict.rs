@@ -18,8 +18,7 @@
 //! thousands of chunks, each EVICTING until the batch gets to it, and a
 //! read of one's other pages waited for that (~5 ms). One that a read
 //! waits on all the same is handed back when its turn comes (it was read
-//! again), and a fault waiting on a stored chunk has the batch make its
-//! zaps at once (`Shared::evict_waits`).
+//! again).
 //!
 //! CLOCK: a chunk is REF when installed (but for a partial chunk's first
 //! group: a single random read is taken for a use-once); the hand clears
@@ -167,12 +166,13 @@ pub(super) fn maybe_kick(sh: &Shared) {
 }
 
 /// Called by the fault handler before installing a chunk: if that would
-/// leave less than the store margin under the budget, wait for a batch in
+/// leave less than the fault margin under the budget, wait for a batch in
 /// flight (which holds `evict_lock`) to make the room, or evict inline, so
 /// resident + pool never exceeds the budget.
 ///
-/// The limit keeps the whole store margin free, not the part a huge
-/// arena's reserve does not cover (`store_need`): when a store maps a new
+/// The limit keeps the whole fault margin free (the store margin and one
+/// step of span growth, `fault_margin`), with no credit for a huge arena's
+/// reserve (as `store_need` gives): when a store maps a new
 /// arena, usage rises by the arena at once while the next store's need
 /// falls by less (the old reserve was already credited), so a limit that
 /// credited the reserve left the next stores of the batch short by up to
@@ -557,15 +557,6 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
     let pool_before = taken();
     let mut uncharged = 0i64;
     let mut zaps = Zaps::default();
-    // A fault waiting on a stored chunk waits for its zap: make the zaps
-    // gathered so far as soon as one does, not once the batch has stored
-    // up to `ZAP_BYTES` more (in usemem's mixed read pass, ~240 faults per
-    // run waited ~5 ms each that way).
-    let mut waits = sh.evict_waits.load(Acquire);
-    let mut waited = || {
-        let now = sh.evict_waits.load(Acquire);
-        std::mem::replace(&mut waits, now) != now
-    };
     let mut i = 0;
     while i < victims.len() {
         // The victims of one region, held live from store to zap: its drop
@@ -598,7 +589,7 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
                 uncharged += evict_run(sh, &victims[i..j], &mut zaps);
                 i = j;
             }
-            if zaps.full() || waited() {
+            if zaps.full() {
                 uncharged -= zaps.flush(sh, r);
             }
         }

@@ -188,19 +188,17 @@ fn resolve_in(
             (BUSY | EVICTING, _) if sh.signal => {
                 // The faulting thread is ours to hold: wait for the owner,
                 // then look again (the chunk may now need resolving). The
-                // mark tells an evictor that someone waits (`evict_waits`).
+                // waiter mark tells an evictor that a read waits on its
+                // partial victim (`evict::evict_partial` hands it back).
                 sh.ctr.faults_parked.fetch_add(1, Relaxed);
-                if st == EVICTING && chunk::park(&r.state[ci]).is_ok() {
-                    sh.evict_waits.fetch_add(1, Release);
+                if st == EVICTING {
+                    let _ = chunk::park(&r.state[ci]);
                 }
                 chunk::wait_released(&r.state[ci]);
             }
             (BUSY | EVICTING, _) => {
                 if chunk::park(&r.state[ci]).is_ok() {
                     sh.ctr.faults_parked.fetch_add(1, Relaxed);
-                    if st == EVICTING {
-                        sh.evict_waits.fetch_add(1, Release);
-                    }
                     return;
                 }
             }

@@ -78,9 +78,10 @@
 //! is charged by its delta (compressed size minus chunk size), never twice.
 //! Above the high watermark the fault handler kicks the evictor thread, which
 //! evicts batches until usage is under the low watermark. The handler evicts
-//! inline when installing would leave less than the store margin (one chunk
-//! stored as is plus one step of pool growth) under the budget, so the store
-//! in flight never takes usage over the budget.
+//! inline when installing would leave less than the fault margin (one chunk
+//! stored as is, one step of pool growth, and one more for what the store
+//! before may have left, `evict::fault_margin`) under the budget, so the
+//! store in flight never takes usage over the budget.
 //!
 //! With writeback (`Config::writeback`, on by default) the pool is limited
 //! to `pool_share_percent` of the budget: a store that would pass the limit
@@ -470,11 +471,6 @@ struct Shared {
     /// Signal mode: threads resolving a fault now (the backstop's count of
     /// installs that may land at once).
     faulting: std::sync::atomic::AtomicUsize,
-    /// Bumped by each fault that finds its chunk EVICTING and waits for it:
-    /// a batch in flight zaps what it has gathered as soon as this moves,
-    /// so the fault waits for one store, not for the rest of the batch
-    /// (`evict::run_protocol`).
-    evict_waits: AtomicU64,
     lat_pool: Histogram,
     lat_zero: Histogram,
     /// Zeros, the source of zero-fill installs (one fault-around window).
@@ -653,7 +649,6 @@ impl Uzswap {
             ctr: Counters::default(),
             signal,
             faulting: std::sync::atomic::AtomicUsize::new(0),
-            evict_waits: AtomicU64::new(0),
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
