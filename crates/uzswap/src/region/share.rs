@@ -20,9 +20,10 @@
 //! page in the pool solves `R + (W - R) / ρ = budget`. If R is at least
 //! `MIN_RESIDENT` of the budget the share becomes `budget - R` plus
 //! headroom out of what R holds above `MIN_RESIDENT` (at most `HEADROOM`
-//! of the budget); if it is at least half that, the pool gets its largest share, `1 - MIN_RESIDENT`;
-//! below that the share falls in proportion to R, reaching the configured
-//! one at R = 0 (no cliff an estimate could flip across). At R ≤ 0 no split
+//! of the budget); if it is at least half that, the pool gets its largest
+//! share, `1 - MIN_RESIDENT`; below that the share falls in proportion to
+//! R, reaching the configured one at R = 0 (no cliff an estimate could flip
+//! across). At R ≤ 0 no split
 //! keeps the cold set in memory, and the configured share stands: the
 //! device takes the coldest pages and resident memory keeps the hot ones.
 //! The configured share is also the floor.
