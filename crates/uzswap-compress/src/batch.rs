@@ -312,7 +312,10 @@ impl BatchEngine {
             let (s, c) = (shared.clone(), compressor.clone());
             let h = std::thread::Builder::new()
                 .name(format!("uzswap-comp/{k}"))
-                .spawn(move || helper_main(s, c));
+                .spawn(move || {
+                    crate::thread_hook::started();
+                    helper_main(s, c)
+                });
             match h {
                 Ok(h) => helpers.push(h),
                 Err(_) => {

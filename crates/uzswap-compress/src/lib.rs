@@ -25,3 +25,26 @@ pub use compressor::{
 
 /// The page size every layer of uzswap works in.
 pub const PAGE_SIZE: usize = 4096;
+
+/// A function every thread uzswap starts runs first (its fault handlers,
+/// evictor, shrinker and compression workers), so that an embedder can
+/// tell uzswap's own threads from the program's: the preload library routes
+/// their C allocations away from the memory uzswap manages, which they must
+/// never fault on. Set once, before the first instance is made.
+pub mod thread_hook {
+    use std::sync::OnceLock;
+
+    static HOOK: OnceLock<fn()> = OnceLock::new();
+
+    /// Install the hook; a second call is ignored (returns false).
+    pub fn set(f: fn()) -> bool {
+        HOOK.set(f).is_ok()
+    }
+
+    /// Run the hook, if any: the first thing a uzswap thread does.
+    pub fn started() {
+        if let Some(f) = HOOK.get() {
+            f();
+        }
+    }
+}

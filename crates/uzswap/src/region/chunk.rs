@@ -42,6 +42,12 @@ pub const REJECTED: u32 = 1 << 6;
 /// whoever reads the word knows what is mapped and charged.
 pub const PART: u32 = 1 << 7;
 const MASK_SHIFT: u32 = 8;
+/// Pinned resident (`pin.rs`): a system call is using its memory, or the
+/// program made part of it inaccessible (`mprotect`). The evictor never
+/// takes a pinned chunk; a fault still brings it in. The flag rides
+/// through every state change; only `pin.rs` sets or clears it, under the
+/// region's pin lock, from the chunk's pin count.
+pub const PINNED: u32 = 1 << 31;
 /// Groups a chunk is split into for partial faults: a chunk of n pages has
 /// groups of `max(1, n / GROUPS)` pages.
 pub const GROUPS: usize = 16;
@@ -120,6 +126,23 @@ pub fn transition(c: &AtomicU32, from: u32, to: u32, clear: u32, set: u32) -> Re
             return Err(cur);
         }
         let new = ((cur & !STATE_MASK & !clear) | set) | to;
+        match c.compare_exchange_weak(cur, new, AcqRel, Acquire) {
+            Ok(prev) => return Ok(prev),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Take `c` from `from` (an evictable state) for eviction, unless it is
+/// pinned. Returns the previous word on success.
+#[inline]
+pub fn take_for_evict(c: &AtomicU32, from: u32) -> Result<u32, u32> {
+    let mut cur = c.load(Acquire);
+    loop {
+        if state(cur) != from || cur & PINNED != 0 {
+            return Err(cur);
+        }
+        let new = (cur & !STATE_MASK) | EVICTING;
         match c.compare_exchange_weak(cur, new, AcqRel, Acquire) {
             Ok(prev) => return Ok(prev),
             Err(now) => cur = now,

@@ -181,6 +181,11 @@ pub(super) fn maybe_kick(sh: &Shared) {
 /// later). With the full margin kept here, `room_for_store` rarely finds
 /// a store short.
 pub(super) fn backstop(sh: &Shared) {
+    // Bringing everything in before a fork (`pin.rs`): the forking thread
+    // holds `evict_lock` and usage may pass the budget until it is done.
+    if sh.frozen.load(Acquire) {
+        return;
+    }
     let limit = || sh.cfg.budget.saturating_sub(margin(sh));
     // Every handler thread (or faulting thread, in signal mode) may be
     // about to install a chunk at once.
@@ -387,7 +392,7 @@ fn select(
                 let s = &r.state[ci];
                 let w = s.load(Acquire);
                 let st = chunk::state(w);
-                if !evictable(st) {
+                if !evictable(st) || w & PINNED != 0 {
                     continue;
                 }
                 let clear = if w & REF != 0 {
@@ -403,7 +408,7 @@ fn select(
                     let _ = chunk::transition(s, st, st, clear, 0);
                     continue;
                 }
-                if let Ok(w) = chunk::transition(s, st, EVICTING, 0, 0) {
+                if let Ok(w) = chunk::take_for_evict(s, st) {
                     got += chunk::charge(w, chunk);
                     out.push(Victim::new(r, ci, w));
                 }
@@ -486,7 +491,7 @@ fn take_probation(
             if chunk::state(w) != PARTIAL || w & REF != 0 {
                 continue;
             }
-            if let Ok(w) = chunk::transition(s, PARTIAL, EVICTING, 0, 0) {
+            if let Ok(w) = chunk::take_for_evict(s, PARTIAL) {
                 got += chunk::charge(w, sh.chunk);
                 out.push(Victim::new(r, ci as usize, w));
                 sh.ctr.evicted_probation.fetch_add(1, Relaxed);
@@ -522,7 +527,7 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
                 st = chunk::state(s.load(Acquire));
             }
             if evictable(st) {
-                if let Ok(w) = chunk::transition(s, st, EVICTING, 0, 0) {
+                if let Ok(w) = chunk::take_for_evict(s, st) {
                     victims.push(Victim::new(r, ci, w));
                 }
             }

@@ -233,10 +233,12 @@ fn resolve_in(
                 );
                 let mask = chunk::part_mask(w).expect("PARTIAL without its mask");
                 if !wp && mask & bit != 0 {
-                    // The page is there: resolved before we read the event.
-                    sh.ctr.faults_stale.fetch_add(1, Relaxed);
-                    sh.wake(page, PAGE_SIZE);
-                    return;
+                    // The page should be there: resolved before we read
+                    // the event, or dropped by the program.
+                    if refill_dropped(sh, r, ci, page, PARTIAL) {
+                        return;
+                    }
+                    continue;
                 }
                 let (_live, prev) = match own(sh, r, ci, PARTIAL, true) {
                     Own::Gone => return,
@@ -289,6 +291,14 @@ fn resolve_in(
                 sh.wake(base, sh.chunk);
                 return;
             }
+            (RESIDENT, _) | (CLEAN, false) => {
+                // Every page of the chunk should be mapped (and a RESIDENT
+                // one is never write-protected): resolved before we read
+                // the event, or a page the program dropped itself.
+                if refill_dropped(sh, r, ci, page, st) {
+                    return;
+                }
+            }
             _ => {
                 // Resolved before we read the event (a resolver or an
                 // evictor's abort already woke the range), or a write-protect
@@ -300,6 +310,61 @@ fn resolve_in(
             }
         }
     }
+}
+
+/// A missing fault on `page` of chunk `ci`, which the chunk's word (`from`:
+/// RESIDENT, CLEAN, or PARTIAL with the page's group in its mask) says is
+/// mapped. Either the event is stale (a resolver mapped the page since, and
+/// the install below answers EEXIST), or the program dropped the page
+/// itself: `MADV_DONTNEED` on region memory behind `Uzswap::discard`'s
+/// back, or an `MADV_FREE` page the kernel reclaimed. It then reads back as
+/// zeros, as a dropped anonymous page does in the kernel. (Taken for stale,
+/// such a fault was woken and retried for ever.) The zero page goes in
+/// write-protected where the chunk's other pages are, and the cache's copy
+/// of it is dropped, so an eviction stores it afresh rather than claim a
+/// copy of what was there before. Returns false when the chunk moved on
+/// first (look again).
+fn refill_dropped(sh: &Shared, r: &RegionInner, ci: usize, page: usize, from: u32) -> bool {
+    let (_live, prev) = match own(sh, r, ci, from, false) {
+        Own::Gone => return true,
+        Own::Lost => return false,
+        Own::Owned(live, prev) => (live, prev),
+    };
+    let base = r.chunk_addr(ci, sh.chunk);
+    let p = (page - base) / PAGE_SIZE;
+    if let Some(m) = chunk::part_mask(prev) {
+        if m & chunk::group_bit(p, 1 << sh.order) == 0 {
+            // No longer mapped here: the PARTIAL path's to resolve.
+            if chunk::release(&r.state[ci], from, 0, 0) {
+                sh.wake(base, sh.chunk);
+            }
+            return false;
+        }
+    }
+    let wp = from != RESIDENT;
+    let res = loop {
+        // SAFETY: `sh.zeros` holds at least a page; `page` lies in a
+        // registered region whose chunk we own (BUSY) under its live lock.
+        match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, wp) } {
+            Ok(Copy::Again(_)) => std::thread::yield_now(),
+            other => break other,
+        }
+    };
+    match res {
+        Ok(Copy::Done) => {
+            sh.ctr.faults_dropped.fetch_add(1, Relaxed);
+            if from != RESIDENT {
+                sh.zswap.invalidate(sh.entry(r, ci).offset(p as u64));
+            }
+        }
+        Ok(_) => {
+            sh.ctr.faults_stale.fetch_add(1, Relaxed);
+        }
+        Err((e, _)) => fail(sh, &e),
+    }
+    chunk::release(&r.state[ci], from, 0, 0);
+    sh.wake(base, sh.chunk);
+    true
 }
 
 /// Taking a chunk to resolve a fault on it.

@@ -123,11 +123,13 @@ pub mod failpoints;
 mod fault;
 mod latency;
 mod pagemap;
+mod pin;
 mod share;
 mod sigbus;
 mod uffd_sys;
 
 pub use latency::LatencySummary;
+pub use pin::{ForkGuard, KernelFaults, PinGuard};
 pub use uffd_sys::OpenPath;
 
 use crate::swap::{SwapDeviceConfig, SwapError};
@@ -219,6 +221,12 @@ pub struct Config {
     /// pages already there are found in `/proc/self/pagemap` and charged.
     /// False: every region is registered when it is made.
     pub defer_register: bool,
+    /// Open the userfaultfd with `UFFD_USER_MODE_ONLY` even where
+    /// `/dev/userfaultfd` could serve faults taken inside system calls: the
+    /// path an unprivileged user without access to the device gets, for
+    /// tests and for callers that bring buffers in themselves
+    /// ([`Uzswap::pin`]).
+    pub user_mode_only: bool,
 }
 
 /// The swap device the instance writes back to.
@@ -288,6 +296,7 @@ impl Default for Config {
             pool_share_percent: 20,
             adapt_pool_share: true,
             defer_register: true,
+            user_mode_only: false,
         }
     }
 }
@@ -334,6 +343,10 @@ pub struct UzswapStats {
     /// memory, not in `resident_bytes` or `peak_bytes`, at most the budget.
     pub unregistered_bytes: u64,
     pub uffd_open: OpenPath,
+    /// Whether a system call that touches an evicted page of a region is
+    /// served (the kernel hands its fault to the handler) or fails with
+    /// EFAULT unless its buffers were brought in first ([`Uzswap::pin`]).
+    pub kernel_faults: KernelFaults,
     pub handler: HandlerMode,
     /// Faults resolved by zero-filling a never-touched chunk.
     pub faults_zero: u64,
@@ -353,6 +366,9 @@ pub struct UzswapStats {
     pub faults_parked: u64,
     /// Fault events already resolved by the time they were read.
     pub faults_stale: u64,
+    /// Missing faults on pages the program had dropped itself
+    /// (`MADV_DONTNEED` past [`Uzswap::discard`]): filled with zeros.
+    pub faults_dropped: u64,
     pub fault_errors: u64,
     /// Chunks evicted (stored + zapped), and how many of them were clean
     /// drops (no compression).
@@ -392,6 +408,7 @@ struct Counters {
     prefetched: AtomicU64,
     faults_parked: AtomicU64,
     faults_stale: AtomicU64,
+    faults_dropped: AtomicU64,
     fault_errors: AtomicU64,
     evicted_chunks: AtomicU64,
     evicted_clean: AtomicU64,
@@ -421,6 +438,9 @@ struct RegionInner {
     /// Registered with the userfaultfd (see `Config::defer_register`); set
     /// once, under `Shared::mapped`.
     registered: AtomicBool,
+    /// Pin counts of pinned chunks (`pin.rs`); the chunk word's PINNED flag
+    /// mirrors "count > 0" and changes only under this lock.
+    pins: Mutex<std::collections::HashMap<u32, u32>>,
 }
 
 impl RegionInner {
@@ -452,6 +472,9 @@ struct Shared {
     /// Chunks evicted so far: the workingset clock.
     evict_clock: AtomicU64,
     evict_lock: Mutex<evict::Clock>,
+    /// Set while a fork brings every chunk in (`pin.rs`): faults skip the
+    /// backstop, since the forking thread holds `evict_lock` meanwhile.
+    frozen: AtomicBool,
     /// Chunks that came in as one random read (a PARTIAL chunk's first
     /// group), oldest first, as (region id, chunk index): the evictor takes
     /// the ones still PARTIAL before it moves the CLOCK hand. Pushed, and
@@ -583,7 +606,18 @@ impl Uzswap {
         }
         let chunk = PAGE_SIZE << cfg.folio_order;
         let signal = cfg.handler == HandlerMode::Signal;
-        let (uffd, open_path) = uffd_sys::open(signal)?;
+        let min = min_budget(&cfg);
+        if cfg.budget < min {
+            return Err(RegionError::Config(format!(
+                "budget of {} bytes is below the {} bytes ({} KiB) this configuration needs: \
+                 headroom for the store and the faults in flight and two chunks of {} KiB",
+                cfg.budget,
+                min,
+                min >> 10,
+                chunk >> 10,
+            )));
+        }
+        let (uffd, open_path) = uffd_sys::open(signal, cfg.user_mode_only)?;
         let zswap = Arc::new(open_zswap(&cfg)?);
         if zswap.swap_device().is_some() {
             zswap.start_shrinker()?;
@@ -638,6 +672,7 @@ impl Uzswap {
             peak: AtomicU64::new(0),
             evict_clock: AtomicU64::new(0),
             evict_lock: Mutex::new(evict::Clock::default()),
+            frozen: AtomicBool::new(false),
             probation: Mutex::new(std::collections::VecDeque::new()),
             kick: Mutex::new(false),
             kick_cv: Condvar::new(),
@@ -669,7 +704,10 @@ impl Uzswap {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("uzswap-fault{i}"))
-                    .spawn(move || fault::handler_loop(&s))
+                    .spawn(move || {
+                        crate::compress::thread_hook::started();
+                        fault::handler_loop(&s)
+                    })
                     .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
             );
         }
@@ -678,7 +716,10 @@ impl Uzswap {
             threads.push(
                 std::thread::Builder::new()
                     .name("uzswap-evict".into())
-                    .spawn(move || evict::evictor_loop(&s))
+                    .spawn(move || {
+                        crate::compress::thread_hook::started();
+                        evict::evictor_loop(&s)
+                    })
                     .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
             );
         }
@@ -751,6 +792,7 @@ impl Uzswap {
             shadow: (0..nchunks).map(|_| AtomicU32::new(0)).collect(),
             live: RwLock::new(true),
             registered: AtomicBool::new(false),
+            pins: Mutex::new(std::collections::HashMap::new()),
         });
         let mut mapped = sh.mapped.lock();
         let total = *mapped + len as u64;
@@ -803,6 +845,15 @@ impl Uzswap {
     pub fn zswap(&self) -> &Zswap {
         &self.owner.sh.zswap
     }
+}
+
+/// The smallest budget `cfg` can hold: the margin every fault leaves free
+/// under it for the store in flight, and two chunks (one resident, one
+/// coming in). Below it the watermarks sit at zero and every charge point
+/// overruns: a budget that cannot be kept is refused, not ignored.
+pub fn min_budget(cfg: &Config) -> u64 {
+    let chunk = PAGE_SIZE << cfg.folio_order.min(MAX_ORDER);
+    evict::fault_margin(chunk, cfg.zswap.huge_arenas) + 2 * chunk as u64
 }
 
 /// Register `r` with the userfaultfd and take charge of the pages it has
@@ -943,6 +994,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         swap_capacity_pages: sh.zswap.swap_device().map_or(0, |d| d.capacity()),
         peak_bytes: g(&sh.peak),
         uffd_open: sh.open_path,
+        kernel_faults: pin::kernel_faults(sh),
         handler: sh.cfg.handler,
         faults_zero: g(&c.faults_zero),
         zero_filled_chunks: g(&c.zero_filled_chunks),
@@ -953,6 +1005,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         prefetched: g(&c.prefetched),
         faults_parked: g(&c.faults_parked),
         faults_stale: g(&c.faults_stale),
+        faults_dropped: g(&c.faults_dropped),
         fault_errors: g(&c.fault_errors),
         evicted_chunks: g(&c.evicted_chunks),
         evicted_probation: g(&c.evicted_probation),
@@ -1028,27 +1081,36 @@ impl Region {
                 self.len()
             )));
         }
-        let sh = &self.owner.sh;
-        let chunks = range.start / sh.chunk..range.end.div_ceil(sh.chunk);
-        match advice {
-            Advice::Cold => {
-                for ci in chunks {
-                    chunk::update_flags(&self.inner.state[ci], chunk::REF | chunk::ACTIVE, 0);
-                }
-                Ok(())
+        advise_in(&self.owner.sh, &self.inner, range, advice)
+    }
+}
+
+/// [`Region::advise`] on region `r`, `range` in bytes from its start.
+fn advise_in(
+    sh: &Shared,
+    r: &Arc<RegionInner>,
+    range: Range<usize>,
+    advice: Advice,
+) -> Result<(), RegionError> {
+    let chunks = range.start / sh.chunk..range.end.div_ceil(sh.chunk);
+    match advice {
+        Advice::Cold => {
+            for ci in chunks {
+                chunk::update_flags(&r.state[ci], chunk::REF | chunk::ACTIVE, 0);
             }
-            Advice::PageOut => {
-                {
-                    let _mapped = sh.mapped.lock();
-                    if !self.inner.registered.load(Acquire) {
-                        register(sh, &self.inner)?;
-                    }
-                }
-                evict::page_out(sh, &self.inner, chunks);
-                Ok(())
-            }
-            Advice::WillNeed => fault::will_need(sh, &self.inner, chunks),
+            Ok(())
         }
+        Advice::PageOut => {
+            {
+                let _mapped = sh.mapped.lock();
+                if !r.registered.load(Acquire) {
+                    register(sh, r)?;
+                }
+            }
+            evict::page_out(sh, r, chunks);
+            Ok(())
+        }
+        Advice::WillNeed => fault::will_need(sh, r, chunks),
     }
 }
 

@@ -66,17 +66,23 @@ pub enum OpenPath {
 /// Open a non-blocking, close-on-exec userfaultfd with write-protect
 /// support; with `sigbus`, faults raise SIGBUS in the faulting thread
 /// instead of queueing events (`UFFD_FEATURE_SIGBUS`).
-pub fn open(sigbus: bool) -> Result<(Uffd, OpenPath), RegionError> {
+pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), RegionError> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-    let (fd, path) = match open_dev(flags) {
+    let dev = if user_mode_only {
+        Err("not tried (user mode only asked for)".to_string())
+    } else {
+        open_dev(flags)
+    };
+    let (fd, path) = match dev {
         Ok(fd) => (fd, OpenPath::DevUserfaultfd),
         Err(dev_err) => match open_syscall(flags) {
             Ok(fd) => (fd, OpenPath::SyscallUserMode),
             Err(sys_err) => {
                 return Err(RegionError::Unavailable(format!(
                     "/dev/userfaultfd: {dev_err}; userfaultfd(2): {sys_err}. Fix: give this user \
-                     read/write access to /dev/userfaultfd (e.g. its group), or set sysctl \
-                     vm.unprivileged_userfaultfd=1, or run with CAP_SYS_PTRACE"
+                     read/write access to /dev/userfaultfd through a group (`sudo uzswap setup` \
+                     makes one, as `kvm` does for /dev/kvm), which also serves faults inside \
+                     system calls"
                 )))
             }
         },

@@ -302,7 +302,10 @@ impl Zswap {
         let ctl = Arc::clone(c);
         let t = std::thread::Builder::new()
             .name("uzswap-shrink".into())
-            .spawn(move || shrinker_thread(weak, ctl))
+            .spawn(move || {
+                crate::compress::thread_hook::started();
+                shrinker_thread(weak, ctl)
+            })
             .map_err(ZswapError::Thread)?;
         c.threads.lock().push(t);
         if let Some(trigger) = &self.cfg.psi_trigger {
@@ -313,7 +316,10 @@ impl Zswap {
                     let ctl = Arc::clone(c);
                     let t = std::thread::Builder::new()
                         .name("uzswap-psi".into())
-                        .spawn(move || psi.watch(&ctl))
+                        .spawn(move || {
+                            crate::compress::thread_hook::started();
+                            psi.watch(&ctl)
+                        })
                         .map_err(ZswapError::Thread)?;
                     c.threads.lock().push(t);
                 }

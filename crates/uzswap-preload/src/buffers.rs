@@ -1,0 +1,178 @@
+//! System calls that take user buffers. Where the kernel does not hand us
+//! the faults it takes inside a system call (`UFFD_USER_MODE_ONLY`: an
+//! unprivileged user without access to `/dev/userfaultfd`), a buffer in an
+//! evicted page would fail the call with EFAULT. Each wrapper pins its
+//! buffers resident (writable where the kernel writes them) for the call
+//! (`Uzswap::pin`), then calls libc's function. Where faults are served
+//! (`KernelFaults::Served`) the wrappers cost one load and a branch.
+//!
+//! Only calls made through the dynamic symbol are seen: glibc's own
+//! internal calls (stdio flushing its buffers, `readdir`) are not, and on
+//! this path they can still meet an evicted page; `uzswap setup` grants the
+//! device and removes the gap (docs/ARCHITECTURE.md).
+
+use crate::{real, Internal};
+use libc::{c_void, iovec, msghdr, sockaddr, socklen_t};
+
+type Ssize = isize;
+
+/// Pins held for one call.
+struct Pins(Vec<uzswap::region::PinGuard<'static>>);
+
+impl Pins {
+    fn new() -> Option<Pins> {
+        crate::active()
+            .filter(|st| st.pin_buffers)
+            .map(|_| Pins(Vec::new()))
+    }
+
+    fn add(&mut self, p: *const c_void, len: usize, write: bool) {
+        if p.is_null() || len == 0 {
+            return;
+        }
+        let st = crate::active().expect("pins are made only while active");
+        let _g = Internal::enter();
+        self.0.push(st.uz.pin(p as usize, len, write));
+    }
+
+    /// An iovec array (read by the kernel) and the buffers it names.
+    ///
+    /// # Safety
+    /// `iov` points to `n` readable iovecs, as the call requires.
+    unsafe fn iov(&mut self, iov: *const iovec, n: i32, write: bool) {
+        if iov.is_null() || n <= 0 {
+            return;
+        }
+        self.add(
+            iov as *const _,
+            n as usize * std::mem::size_of::<iovec>(),
+            false,
+        );
+        for k in 0..n as usize {
+            // SAFETY: the caller's array of `n` entries.
+            let v = unsafe { &*iov.add(k) };
+            self.add(v.iov_base, v.iov_len, write);
+        }
+    }
+
+    /// A msghdr, its name, iovecs and control data.
+    ///
+    /// # Safety
+    /// `m` points to a valid msghdr, as the call requires.
+    unsafe fn msg(&mut self, m: *const msghdr, write: bool) {
+        if m.is_null() {
+            return;
+        }
+        // recvmsg writes the header's lengths and flags back.
+        self.add(m as *const _, std::mem::size_of::<msghdr>(), write);
+        // SAFETY: the caller's header.
+        let h = unsafe { &*m };
+        self.add(h.msg_name, h.msg_namelen as usize, write);
+        self.add(h.msg_control, h.msg_controllen, write);
+        // SAFETY: the header's own iovec array.
+        unsafe { self.iov(h.msg_iov, h.msg_iovlen as i32, write) };
+    }
+}
+
+fn errno_enosys() -> Ssize {
+    crate::set_errno(libc::ENOSYS);
+    -1
+}
+
+macro_rules! wrap {
+    ($name:ident($($a:ident: $t:ty),*) pins |$p:ident| $pin:block => $call:expr) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> Ssize {
+            let _pins = Pins::new().map(|mut $p| {
+                // SAFETY: the caller's buffers, as the call requires them.
+                #[allow(unused_unsafe)]
+                unsafe {
+                    $pin;
+                }
+                $p
+            });
+            match real::$name() {
+                // SAFETY: the caller's arguments, to the function we stand
+                // in front of.
+                Some(f) => unsafe { $call(f) },
+                None => errno_enosys(),
+            }
+        }
+    };
+}
+
+wrap!(read(fd: i32, buf: *mut c_void, n: usize) pins |p| { p.add(buf, n, true) }
+    => |f: unsafe extern "C" fn(i32, *mut c_void, usize) -> Ssize| f(fd, buf, n));
+wrap!(write(fd: i32, buf: *const c_void, n: usize) pins |p| { p.add(buf, n, false) }
+    => |f: unsafe extern "C" fn(i32, *const c_void, usize) -> Ssize| f(fd, buf, n));
+wrap!(pread64(fd: i32, buf: *mut c_void, n: usize, off: i64) pins |p| { p.add(buf, n, true) }
+    => |f: unsafe extern "C" fn(i32, *mut c_void, usize, i64) -> Ssize| f(fd, buf, n, off));
+wrap!(pwrite64(fd: i32, buf: *const c_void, n: usize, off: i64) pins |p| { p.add(buf, n, false) }
+    => |f: unsafe extern "C" fn(i32, *const c_void, usize, i64) -> Ssize| f(fd, buf, n, off));
+wrap!(readv(fd: i32, iov: *const iovec, n: i32) pins |p| { p.iov(iov, n, true) }
+    => |f: unsafe extern "C" fn(i32, *const iovec, i32) -> Ssize| f(fd, iov, n));
+wrap!(writev(fd: i32, iov: *const iovec, n: i32) pins |p| { p.iov(iov, n, false) }
+    => |f: unsafe extern "C" fn(i32, *const iovec, i32) -> Ssize| f(fd, iov, n));
+wrap!(preadv64(fd: i32, iov: *const iovec, n: i32, off: i64) pins |p| { p.iov(iov, n, true) }
+    => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64) -> Ssize| f(fd, iov, n, off));
+wrap!(pwritev64(fd: i32, iov: *const iovec, n: i32, off: i64) pins |p| { p.iov(iov, n, false) }
+    => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64) -> Ssize| f(fd, iov, n, off));
+wrap!(recv(fd: i32, buf: *mut c_void, n: usize, fl: i32) pins |p| { p.add(buf, n, true) }
+    => |f: unsafe extern "C" fn(i32, *mut c_void, usize, i32) -> Ssize| f(fd, buf, n, fl));
+wrap!(recvfrom(fd: i32, buf: *mut c_void, n: usize, fl: i32, sa: *mut sockaddr, sl: *mut socklen_t)
+    pins |p| {
+        p.add(buf, n, true);
+        p.add(sl as *const _, std::mem::size_of::<socklen_t>(), true);
+        if !sl.is_null() {
+            // SAFETY: the caller's length word.
+            p.add(sa as *const _, unsafe { *sl } as usize, true);
+        }
+    }
+    => |f: unsafe extern "C" fn(i32, *mut c_void, usize, i32, *mut sockaddr, *mut socklen_t) -> Ssize|
+        f(fd, buf, n, fl, sa, sl));
+wrap!(recvmsg(fd: i32, m: *mut msghdr, fl: i32) pins |p| { p.msg(m, true) }
+    => |f: unsafe extern "C" fn(i32, *mut msghdr, i32) -> Ssize| f(fd, m, fl));
+wrap!(send(fd: i32, buf: *const c_void, n: usize, fl: i32) pins |p| { p.add(buf, n, false) }
+    => |f: unsafe extern "C" fn(i32, *const c_void, usize, i32) -> Ssize| f(fd, buf, n, fl));
+wrap!(sendto(fd: i32, buf: *const c_void, n: usize, fl: i32, sa: *const sockaddr, sl: socklen_t)
+    pins |p| { p.add(buf, n, false); p.add(sa as *const _, sl as usize, false) }
+    => |f: unsafe extern "C" fn(i32, *const c_void, usize, i32, *const sockaddr, socklen_t) -> Ssize|
+        f(fd, buf, n, fl, sa, sl));
+wrap!(sendmsg(fd: i32, m: *const msghdr, fl: i32) pins |p| { p.msg(m, false) }
+    => |f: unsafe extern "C" fn(i32, *const msghdr, i32) -> Ssize| f(fd, m, fl));
+
+/// glibc names the 64-bit-offset calls both ways on 64-bit targets.
+///
+/// # Safety
+/// As pread(2).
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: i32, buf: *mut c_void, n: usize, off: i64) -> Ssize {
+    // SAFETY: the same function.
+    unsafe { pread64(fd, buf, n, off) }
+}
+
+/// # Safety
+/// As pwrite(2).
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: i32, buf: *const c_void, n: usize, off: i64) -> Ssize {
+    // SAFETY: the same function.
+    unsafe { pwrite64(fd, buf, n, off) }
+}
+
+/// # Safety
+/// As preadv(2).
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: i32, iov: *const iovec, n: i32, off: i64) -> Ssize {
+    // SAFETY: the same function.
+    unsafe { preadv64(fd, iov, n, off) }
+}
+
+/// # Safety
+/// As pwritev(2).
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(fd: i32, iov: *const iovec, n: i32, off: i64) -> Ssize {
+    // SAFETY: the same function.
+    unsafe { pwritev64(fd, iov, n, off) }
+}

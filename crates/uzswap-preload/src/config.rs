@@ -1,0 +1,121 @@
+//! The settings `uzswap run` passes in the environment. Every variable is
+//! the runner's; a missing `UZSWAP_BUDGET` means "not under uzswap".
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `UZSWAP_BUDGET` | bytes of resident memory + pool |
+//! | `UZSWAP_COMPRESSOR` | compressor name (`lz4`, `lzo`, `zstd:3`...) |
+//! | `UZSWAP_FOLIO` | chunk bytes (4096 << 0..=9) |
+//! | `UZSWAP_SWAP_DIR`, `UZSWAP_SWAP_SIZE` | the writeback device |
+//! | `UZSWAP_STATS` | file the figures are appended to at exit (`-`: stderr) |
+//! | `UZSWAP_STATS_EVERY` | also every this many seconds |
+//! | `UZSWAP_NO_INHERIT` | programs this one execs run without uzswap |
+//! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
+
+use std::path::PathBuf;
+
+pub struct Config {
+    pub budget: u64,
+    pub compressor: Option<String>,
+    pub folio_order: u32,
+    pub swap_dir: Option<PathBuf>,
+    pub swap_size: u64,
+    pub stats: Option<String>,
+    pub stats_every: Option<f64>,
+    pub no_inherit: bool,
+    pub user_mode: bool,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn num(name: &str) -> Result<Option<u64>, String> {
+    var(name)
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{name}={v}: not a number of bytes"))
+        })
+        .transpose()
+}
+
+impl Config {
+    pub fn from_env() -> Result<Option<Config>, String> {
+        let Some(budget) = num("UZSWAP_BUDGET")? else {
+            return Ok(None);
+        };
+        let folio = num("UZSWAP_FOLIO")?.unwrap_or(64 << 10);
+        let page = uzswap::PAGE_SIZE as u64;
+        if !folio.is_power_of_two() || folio < page || folio > page << uzswap::MAX_ORDER {
+            return Err(format!(
+                "UZSWAP_FOLIO={folio}: a power of two from 4 KiB to 2 MiB"
+            ));
+        }
+        let stats_every = var("UZSWAP_STATS_EVERY")
+            .map(|v| match v.parse::<f64>() {
+                Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+                _ => Err(format!(
+                    "UZSWAP_STATS_EVERY={v}: a positive number of seconds"
+                )),
+            })
+            .transpose()?;
+        Ok(Some(Config {
+            budget,
+            compressor: var("UZSWAP_COMPRESSOR"),
+            folio_order: (folio / page).trailing_zeros(),
+            swap_dir: var("UZSWAP_SWAP_DIR").map(PathBuf::from),
+            swap_size: num("UZSWAP_SWAP_SIZE")?.unwrap_or(0),
+            stats: var("UZSWAP_STATS"),
+            stats_every,
+            no_inherit: var("UZSWAP_NO_INHERIT").is_some_and(|v| v != "0"),
+            user_mode: var("UZSWAP_USER_MODE").is_some_and(|v| v != "0"),
+        }))
+    }
+
+    /// The library's settings for a whole program: handler threads (which
+    /// serve faults taken inside system calls where the device allows it),
+    /// regions registered at once (they are reservations, far larger than
+    /// what is touched), and a device big enough for a program that
+    /// outgrows its budget many times over.
+    pub fn uzswap(&self) -> uzswap::UzswapConfig {
+        let mut c = uzswap::UzswapConfig {
+            budget: self.budget,
+            folio_order: self.folio_order,
+            defer_register: false,
+            user_mode_only: self.user_mode,
+            ..Default::default()
+        };
+        if let Some(name) = &self.compressor {
+            c.zswap.compressor = name.clone();
+        }
+        if let Some(wb) = c.writeback.as_mut() {
+            wb.dir = self.swap_dir.clone();
+            wb.size_bytes = if self.swap_size > 0 {
+                self.swap_size
+            } else {
+                self.budget.saturating_mul(8).max(1 << 30)
+            };
+        }
+        c
+    }
+}
+
+/// `--no-inherit`: take this library out of `LD_PRELOAD` in our own
+/// environment, so programs we exec start without it.
+pub fn drop_preload_from_environ() {
+    let Some(v) = var("LD_PRELOAD") else { return };
+    let kept: Vec<&str> = v
+        .split([':', ' '])
+        .filter(|s| !s.is_empty() && !s.contains("uzswap_preload"))
+        .collect();
+    // SAFETY: initialisation runs before the program's main and its
+    // threads; nothing else reads the environment meanwhile.
+    unsafe {
+        if kept.is_empty() {
+            std::env::remove_var("LD_PRELOAD");
+        } else {
+            std::env::set_var("LD_PRELOAD", kept.join(":"));
+        }
+        std::env::remove_var("UZSWAP_BUDGET");
+    }
+}

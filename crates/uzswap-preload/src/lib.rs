@@ -1,0 +1,189 @@
+//! The preload library: `uzswap run` loads it with `LD_PRELOAD` so that an
+//! unmodified, dynamically linked program keeps its heap and its anonymous
+//! memory in uzswap regions, under one budget.
+//!
+//! It is a client of the `uzswap` library, like the CLI: it owns
+//! interposition, the re-entry guard and bootstrap memory, never eviction
+//! policy. Modules:
+//! - `alloc`: the malloc family, routed to mimalloc (whose memory comes from
+//!   `mmap`, below) for the program, and to glibc's own allocator for
+//!   uzswap's threads and for everything before initialisation;
+//! - `vma`: anonymous private `mmap`/`munmap`/`mremap`/`madvise`/`mprotect`
+//!   carved out of a few large registered regions (registrations are few);
+//! - `buffers`: system calls that take user buffers, which pin them
+//!   resident where the kernel does not hand us its faults;
+//! - `fork`: a child gets every byte its parent had;
+//! - `report`: the figures written at exit.
+//!
+//! Configuration comes from the environment `uzswap run` sets (`UZSWAP_*`,
+//! see `config`). Without `UZSWAP_BUDGET` the library stays out of the way:
+//! every call goes straight to libc.
+//!
+//! Locking: `State::vmas` (the address-space map) is taken by the mmap
+//! family and held across the uzswap calls they make (`discard`, `pin`,
+//! region creation), which take only uzswap's own locks. Nothing here is
+//! taken by uzswap's threads.
+
+mod alloc;
+mod buffers;
+mod config;
+mod fork;
+mod real;
+mod report;
+mod vma;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
+use uzswap::region::KernelFaults;
+use uzswap::Uzswap;
+
+#[global_allocator]
+static GLOBAL: alloc::LibcAlloc = alloc::LibcAlloc;
+
+/// The running instance and what goes with it.
+pub(crate) struct State {
+    uz: Uzswap,
+    vmas: parking_lot::Mutex<vma::Vmas>,
+    /// System calls on evicted memory fail unless their buffers are
+    /// pinned first (`buffers`).
+    pin_buffers: bool,
+    cfg: config::Config,
+    pid: libc::pid_t,
+}
+
+/// Set once initialisation is complete; never freed.
+static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+/// In a forked child: the instance's threads are the parent's, so nothing
+/// here may call into it any more; the child's memory is plain memory.
+static DETACHED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Nonzero on uzswap's own threads and while this library runs code
+    /// that may allocate on the program's behalf: their C allocations go to
+    /// glibc, never into memory uzswap manages (a handler thread faulting
+    /// on its own region memory would wait on itself).
+    static INTERNAL: Cell<u32> = const { Cell::new(0) };
+}
+
+fn internal() -> bool {
+    INTERNAL.try_with(|c| c.get() > 0).unwrap_or(true)
+}
+
+/// Marks the current thread internal until dropped.
+struct Internal;
+
+impl Internal {
+    fn enter() -> Internal {
+        let _ = INTERNAL.try_with(|c| c.set(c.get() + 1));
+        Internal
+    }
+}
+
+impl Drop for Internal {
+    fn drop(&mut self) {
+        let _ = INTERNAL.try_with(|c| c.set(c.get() - 1));
+    }
+}
+
+/// The instance, where the calling thread is the program's and the
+/// process is not a detached child.
+fn active() -> Option<&'static State> {
+    let p = STATE.load(Acquire);
+    if p.is_null() || DETACHED.load(Relaxed) || internal() {
+        return None;
+    }
+    // SAFETY: set once from a leaked Box and never freed.
+    Some(unsafe { &*p })
+}
+
+/// uzswap's threads mark themselves internal for good.
+fn uzswap_thread_started() {
+    let _ = INTERNAL.try_with(|c| c.set(c.get() + 1));
+}
+
+/// A thread started by one of ours (or by initialisation) is ours from its
+/// first instruction: the thread library and Rust's runtime allocate
+/// before any code of uzswap's runs in it (thread-local destructors), and
+/// a fault handler whose allocation went to mimalloc could wait on a lock
+/// held by a program thread that waits on a fault: a deadlock. Threads the
+/// program starts are the program's.
+///
+/// # Safety
+/// As pthread_create(3).
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: real::StartFn,
+    arg: *mut libc::c_void,
+) -> i32 {
+    let Some(create) = real::pthread_create() else {
+        return libc::ENOSYS;
+    };
+    if !internal() {
+        // SAFETY: the caller's arguments.
+        return unsafe { create(t, attr, start, arg) };
+    }
+    extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
+        uzswap_thread_started();
+        // SAFETY: the box made below, handed to exactly this thread.
+        let (start, arg) = *unsafe { Box::from_raw(p as *mut (real::StartFn, usize)) };
+        start(arg as *mut libc::c_void)
+    }
+    let p = Box::into_raw(Box::new((start, arg as usize)));
+    // SAFETY: as above, with our trampoline owning the box.
+    let rc = unsafe { create(t, attr, trampoline, p as *mut libc::c_void) };
+    if rc != 0 {
+        // SAFETY: the thread was not made; the box is still ours.
+        drop(unsafe { Box::from_raw(p) });
+    }
+    rc
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+extern "C" fn init() {
+    let _g = Internal::enter();
+    real::resolve();
+    let cfg = match config::Config::from_env() {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(e) => die(&e),
+    };
+    if cfg.no_inherit {
+        config::drop_preload_from_environ();
+    }
+    uzswap::compress::thread_hook::set(uzswap_thread_started);
+    let uz = match Uzswap::new(cfg.uzswap()) {
+        Ok(uz) => uz,
+        Err(e) => die(&format!("cannot start: {e}")),
+    };
+    let pin_buffers = uz.kernel_faults() == KernelFaults::NotServed;
+    let st = Box::new(State {
+        uz,
+        vmas: parking_lot::Mutex::new(vma::Vmas::default()),
+        pin_buffers,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+        cfg,
+    });
+    alloc::configure_mimalloc();
+    STATE.store(Box::into_raw(st), Release);
+    report::arm();
+}
+
+fn die(msg: &str) -> ! {
+    let line = format!("uzswap: {msg}\n");
+    // SAFETY: writes our own buffer to stderr, then ends the process.
+    unsafe {
+        libc::write(2, line.as_ptr() as *const _, line.len());
+        libc::_exit(125)
+    }
+}
+
+fn set_errno(e: i32) {
+    // SAFETY: errno is thread-local and always valid to write.
+    unsafe { *libc::__errno_location() = e };
+}

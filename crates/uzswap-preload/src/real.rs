@@ -1,0 +1,108 @@
+//! The functions this library stands in front of. The mmap family is called
+//! as raw system calls (they need no libc state and must work before
+//! anything is resolved); the rest are looked up with `dlsym(RTLD_NEXT)`
+//! once, at initialisation, with the re-entry guard up (dlsym allocates).
+
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+
+extern "C" {
+    pub fn __libc_malloc(size: usize) -> *mut libc::c_void;
+    pub fn __libc_calloc(n: usize, size: usize) -> *mut libc::c_void;
+    pub fn __libc_realloc(p: *mut libc::c_void, size: usize) -> *mut libc::c_void;
+    pub fn __libc_memalign(align: usize, size: usize) -> *mut libc::c_void;
+    pub fn __libc_free(p: *mut libc::c_void);
+    /// glibc's fork (the `fork` symbol is ours): runs the atfork handlers.
+    pub fn __fork() -> libc::pid_t;
+}
+
+pub unsafe fn mmap(
+    addr: *mut libc::c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> *mut libc::c_void {
+    // SAFETY: the caller's arguments, passed on unchanged.
+    let r = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+    r as *mut libc::c_void
+}
+
+pub unsafe fn munmap(addr: *mut libc::c_void, len: usize) -> i32 {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
+}
+
+pub unsafe fn mremap(
+    old: *mut libc::c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+    new_addr: *mut libc::c_void,
+) -> *mut libc::c_void {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut _ }
+}
+
+pub unsafe fn madvise(addr: *mut libc::c_void, len: usize, advice: i32) -> i32 {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as i32 }
+}
+
+pub unsafe fn mprotect(addr: *mut libc::c_void, len: usize, prot: i32) -> i32 {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
+}
+
+macro_rules! real_fns {
+    ($($name:ident: $ty:ty;)*) => {
+        #[allow(non_upper_case_globals)]
+        mod slots {
+            use super::AtomicUsize;
+            $(pub static $name: AtomicUsize = AtomicUsize::new(0);)*
+        }
+        /// Look every function up (once, at initialisation).
+        pub fn resolve() {
+            $(
+                let name = concat!(stringify!($name), "\0");
+                // SAFETY: a NUL-terminated name; RTLD_NEXT finds the
+                // definition after ours.
+                let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const _) };
+                slots::$name.store(p as usize, Release);
+            )*
+        }
+        $(
+            /// The next definition of this function, if the lookup found one.
+            pub fn $name() -> Option<$ty> {
+                let p = slots::$name.load(Acquire);
+                // SAFETY: a non-null pointer dlsym returned for this
+                // symbol, whose C prototype is `$ty`.
+                (p != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(p) })
+            }
+        )*
+    };
+}
+
+type Ssize = isize;
+type Iov = *const libc::iovec;
+
+pub type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
+
+real_fns! {
+    pthread_create: unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> i32;
+    malloc_usable_size: unsafe extern "C" fn(*mut libc::c_void) -> usize;
+    read: unsafe extern "C" fn(i32, *mut libc::c_void, usize) -> Ssize;
+    write: unsafe extern "C" fn(i32, *const libc::c_void, usize) -> Ssize;
+    pread64: unsafe extern "C" fn(i32, *mut libc::c_void, usize, i64) -> Ssize;
+    pwrite64: unsafe extern "C" fn(i32, *const libc::c_void, usize, i64) -> Ssize;
+    readv: unsafe extern "C" fn(i32, Iov, i32) -> Ssize;
+    writev: unsafe extern "C" fn(i32, Iov, i32) -> Ssize;
+    preadv64: unsafe extern "C" fn(i32, Iov, i32, i64) -> Ssize;
+    pwritev64: unsafe extern "C" fn(i32, Iov, i32, i64) -> Ssize;
+    recv: unsafe extern "C" fn(i32, *mut libc::c_void, usize, i32) -> Ssize;
+    recvfrom: unsafe extern "C" fn(i32, *mut libc::c_void, usize, i32, *mut libc::sockaddr, *mut libc::socklen_t) -> Ssize;
+    recvmsg: unsafe extern "C" fn(i32, *mut libc::msghdr, i32) -> Ssize;
+    send: unsafe extern "C" fn(i32, *const libc::c_void, usize, i32) -> Ssize;
+    sendto: unsafe extern "C" fn(i32, *const libc::c_void, usize, i32, *const libc::sockaddr, libc::socklen_t) -> Ssize;
+    sendmsg: unsafe extern "C" fn(i32, *const libc::msghdr, i32) -> Ssize;
+}

@@ -1,0 +1,113 @@
+//! The figures: the instance's stats (the kernel's names) as one JSON line
+//! per process, appended to `UZSWAP_STATS` (or stderr) at exit and, with
+//! `UZSWAP_STATS_EVERY`, periodically. `peak_bytes` is the program's peak
+//! resident region memory + pool; `vm_hwm_bytes` the process's whole peak
+//! RSS (the kernel's VmHWM: also memory outside regions, such as the
+//! libraries' code and this library's own structures).
+
+use crate::{Internal, State};
+use std::io::Write;
+
+fn vm_hwm() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb << 10)
+}
+
+fn program() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .ok()
+        .and_then(|c| {
+            c.split(|&b| b == 0)
+                .next()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// One JSON line of figures; `event` says why it was written.
+pub fn line(st: &State, event: &str) -> String {
+    let mut v = serde_json::to_value(st.uz.stats()).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("event".into(), event.into());
+        // SAFETY: getpid has no preconditions.
+        o.insert("pid".into(), unsafe { libc::getpid() }.into());
+        o.insert("program".into(), program().into());
+        o.insert("vm_hwm_bytes".into(), vm_hwm().into());
+        o.insert("buffers_pinned".into(), st.pin_buffers.into());
+    }
+    v.to_string()
+}
+
+fn emit(st: &State, event: &str) {
+    let _g = Internal::enter();
+    let l = line(st, event) + "\n";
+    match st.cfg.stats.as_deref() {
+        None | Some("-") => {
+            let _ = std::io::stderr().write_all(l.as_bytes());
+        }
+        Some(path) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path);
+            match f {
+                // One write of a whole line: processes sharing the file
+                // (forks, execs) never interleave within a line.
+                Ok(mut f) => {
+                    let _ = f.write_all(l.as_bytes());
+                }
+                Err(e) => eprintln!("uzswap: writing figures to {path}: {e}"),
+            }
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    // A forked child runs detached and writes nothing: its parent's
+    // figures are the parent's.
+    if crate::DETACHED.load(std::sync::atomic::Ordering::Acquire) {
+        return;
+    }
+    let p = crate::STATE.load(std::sync::atomic::Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: set once from a leaked Box and never freed.
+    let st = unsafe { &*p };
+    // SAFETY: getpid has no preconditions.
+    if st.pid == unsafe { libc::getpid() } {
+        emit(st, "exit");
+    }
+}
+
+/// Register the exit report and start the periodic one.
+pub fn arm() {
+    // SAFETY: registers a function with no preconditions.
+    unsafe { libc::atexit(at_exit) };
+    let p = crate::STATE.load(std::sync::atomic::Ordering::Acquire);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: as in `at_exit`.
+    let st: &'static State = unsafe { &*p };
+    if let Some(secs) = st.cfg.stats_every {
+        let _ = std::thread::Builder::new()
+            .name("uzswap-stats".into())
+            .spawn(move || {
+                crate::uzswap_thread_started();
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+                    if crate::DETACHED.load(std::sync::atomic::Ordering::Acquire) {
+                        return;
+                    }
+                    emit(st, "interval");
+                }
+            });
+    }
+}

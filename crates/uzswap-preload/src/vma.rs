@@ -1,0 +1,543 @@
+//! Anonymous private memory out of uzswap regions: `mmap`, `munmap`,
+//! `mremap`, `madvise` and `mprotect` as a program (and mimalloc) sees
+//! them.
+//!
+//! Regions are reservations of [`RESERVE`] bytes (more for a bigger
+//! request), registered once; mappings are carved out of them first-fit
+//! and given back on `munmap`. Registrations are a scarce kernel resource
+//! and each costs a VMA split: one per reservation, never one per mmap.
+//!
+//! Semantics kept (the kernel's, for anonymous private memory):
+//! - a new mapping, and memory after `MADV_DONTNEED`/`MADV_FREE`/
+//!   `MADV_REMOVE` or `munmap`, reads as zeros (`Uzswap::discard`);
+//! - `mprotect` to anything but read+write pins the chunks it covers, so the
+//!   evictor never reads or write-protects memory the program made
+//!   inaccessible; read+write again unpins them;
+//! - `mremap` shrinks in place, grows in place where the addresses after
+//!   the mapping are free, and otherwise moves by copying (the kernel moves
+//!   page tables; a region cannot, and a copy faults evicted pages in once).
+//!
+//! Passed through untouched: file-backed, shared, hugetlb, stack and
+//! grows-down mappings, and any mapping not read+write at creation
+//! (executable code, PROT_NONE reservations). A mapping placed with
+//! `MAP_FIXED` over region memory that is not an anonymous read+write
+//! mapping takes that range out of uzswap's hands for good: it is
+//! discarded, pinned (the evictor never touches it) and never reused.
+//! Deviation: region memory stays mapped after `munmap` (it reads zeros),
+//! where the kernel would fault.
+//!
+//! Locking: `State::vmas` is held for each call, and across the uzswap
+//! calls it makes. The re-entry guard (`Internal`) is up for the whole
+//! call, so uzswap's own `mmap`/`madvise` calls pass straight through.
+
+use crate::{real, Internal, State};
+use libc::c_void;
+use std::collections::BTreeMap;
+use uzswap::region::Advice;
+use uzswap::PAGE_SIZE;
+
+/// Bytes of address space a region reserves (only what is touched costs
+/// memory; the region's chunk table costs 8 bytes per chunk).
+const RESERVE: usize = 4 << 30;
+/// Largest alignment given to a mapping: mimalloc asks for segment-aligned
+/// arenas and otherwise over-allocates and trims.
+const MAX_ALIGN: usize = 32 << 20;
+
+#[derive(Default)]
+pub struct Vmas {
+    /// (base, end, region), by base.
+    regions: Vec<(usize, usize, uzswap::Region)>,
+    /// Free address ranges inside regions: start → end.
+    free: BTreeMap<usize, usize>,
+    /// Ranges the program protected (not read+write), each pinned once:
+    /// start → end, never merged, so each unpin matches its pin.
+    protected: BTreeMap<usize, usize>,
+    /// Ranges something else was mapped over (`MAP_FIXED`): start → end.
+    foreign: BTreeMap<usize, usize>,
+}
+
+fn page_up(n: usize) -> Option<usize> {
+    n.checked_next_multiple_of(PAGE_SIZE)
+}
+
+/// The parts of `s..e` in (`true`) and out of region memory that is ours.
+type Parts = Vec<(usize, usize, bool)>;
+
+impl Vmas {
+    fn region_of(&self, a: usize) -> Option<(usize, usize)> {
+        self.regions
+            .iter()
+            .find(|(b, e, _)| *b <= a && a < *e)
+            .map(|(b, e, _)| (*b, *e))
+    }
+
+    fn overlaps(&self, s: usize, e: usize) -> bool {
+        self.regions.iter().any(|(b, end, _)| s < *end && *b < e)
+    }
+
+    fn in_foreign(&self, a: usize) -> Option<usize> {
+        let (&fs, &fe) = self.foreign.range(..=a).next_back()?;
+        (fs <= a && a < fe).then_some(fe)
+    }
+
+    /// Split `s..e` into runs that are ours (in a region, not foreign) and
+    /// runs that are not.
+    fn parts(&self, s: usize, e: usize) -> Parts {
+        let mut out: Parts = Vec::new();
+        let mut a = s;
+        while a < e {
+            let (next, ours) = if let Some(fe) = self.in_foreign(a) {
+                (fe.min(e), false)
+            } else if let Some((_, re)) = self.region_of(a) {
+                let f = self
+                    .foreign
+                    .range(a..re.min(e))
+                    .next()
+                    .map_or(re.min(e), |(&fs, _)| fs);
+                (f, true)
+            } else {
+                let nb = self
+                    .regions
+                    .iter()
+                    .map(|(b, _, _)| *b)
+                    .filter(|&b| b > a)
+                    .min()
+                    .unwrap_or(e);
+                (nb.min(e), false)
+            };
+            match out.last_mut() {
+                Some(l) if l.2 == ours && l.1 == a => l.1 = next,
+                _ => out.push((a, next, ours)),
+            }
+            a = next;
+        }
+        out
+    }
+
+    fn remove_free(&mut self, s: usize, e: usize) {
+        let hits: Vec<(usize, usize)> = self
+            .free
+            .range(..e)
+            .filter(|(_, &fe)| fe > s)
+            .map(|(&a, &b)| (a, b))
+            .collect();
+        for (a, b) in hits {
+            self.free.remove(&a);
+            if a < s {
+                self.free.insert(a, s);
+            }
+            if e < b {
+                self.free.insert(e, b);
+            }
+        }
+    }
+
+    fn all_free(&self, s: usize, e: usize) -> bool {
+        self.free
+            .range(..=s)
+            .next_back()
+            .is_some_and(|(&a, &b)| a <= s && e <= b)
+    }
+
+    fn insert_free(&mut self, mut s: usize, mut e: usize) {
+        let reg = self.region_of(s);
+        if let Some((&a, &b)) = self.free.range(..=s).next_back() {
+            if b == s && self.region_of(a) == reg {
+                self.free.remove(&a);
+                s = a;
+            }
+        }
+        if let Some(&b) = self.free.get(&e) {
+            if self.region_of(e) == reg {
+                self.free.remove(&e);
+                e = b;
+            }
+        }
+        self.free.insert(s, e);
+    }
+
+    /// A free range of `len` bytes (page-rounded), aligned for its size;
+    /// a new region when none is left.
+    fn alloc(&mut self, st: &State, len: usize) -> Option<usize> {
+        let align = if len >= 2 << 20 {
+            (1usize << (usize::BITS - 1 - len.leading_zeros())).min(MAX_ALIGN)
+        } else {
+            PAGE_SIZE
+        };
+        for _ in 0..2 {
+            let hit = self.free.iter().find_map(|(&s, &e)| {
+                let a = s.checked_next_multiple_of(align)?;
+                (a.checked_add(len)? <= e).then_some((s, e, a))
+            });
+            if let Some((s, e, a)) = hit {
+                self.free.remove(&s);
+                if s < a {
+                    self.free.insert(s, a);
+                }
+                if a + len < e {
+                    self.free.insert(a + len, e);
+                }
+                return Some(a);
+            }
+            let size = len.checked_add(align)?.max(RESERVE);
+            let r = st.uz.region(size).ok()?;
+            let base = r.as_ptr() as usize;
+            let end = base + r.len();
+            let at = self.regions.partition_point(|(b, _, _)| *b < base);
+            self.regions.insert(at, (base, end, r));
+            self.free.insert(base, end);
+        }
+        None
+    }
+
+    /// Give `s..e` (ours) back: its protection pins go, its memory is
+    /// discarded, and the addresses are free again.
+    fn give_back(&mut self, st: &State, s: usize, e: usize) {
+        self.unprotect(st, s, e);
+        let _ = st.uz.discard(s, e - s);
+        self.remove_free(s, e);
+        self.insert_free(s, e);
+    }
+
+    fn protect(&mut self, st: &State, s: usize, e: usize) {
+        let mut a = s;
+        let covered: Vec<(usize, usize)> = self
+            .protected
+            .range(..e)
+            .filter(|(_, &pe)| pe > s)
+            .map(|(&x, &y)| (x.max(s), y.min(e)))
+            .collect();
+        let mut gaps = Vec::new();
+        for (x, y) in covered {
+            if a < x {
+                gaps.push((a, x));
+            }
+            a = a.max(y);
+        }
+        if a < e {
+            gaps.push((a, e));
+        }
+        for (x, y) in gaps {
+            st.uz.pin_range(x, y - x);
+            self.protected.insert(x, y);
+        }
+    }
+
+    fn unprotect(&mut self, st: &State, s: usize, e: usize) {
+        let hits: Vec<(usize, usize)> = self
+            .protected
+            .range(..e)
+            .filter(|(_, &pe)| pe > s)
+            .map(|(&x, &y)| (x, y))
+            .collect();
+        for (x, y) in hits {
+            self.protected.remove(&x);
+            // The leftovers are pinned before the whole is unpinned, so a
+            // chunk they share stays pinned throughout.
+            for (l, r) in [(x, s), (e, y)] {
+                if l < r && x <= l && r <= y {
+                    st.uz.pin_range(l, r - l);
+                    self.protected.insert(l, r);
+                }
+            }
+            st.uz.unpin(x, y - x);
+        }
+    }
+
+    /// Something other than our anonymous memory is mapped over `s..e`:
+    /// from now on it is not uzswap's.
+    fn forget(&mut self, st: &State, s: usize, e: usize) {
+        for (a, b, ours) in self.parts(s, e) {
+            if ours {
+                self.unprotect(st, a, b);
+                let _ = st.uz.discard(a, b - a);
+                st.uz.pin_range(a, b - a);
+                self.remove_free(a, b);
+                self.foreign.insert(a, b);
+            }
+        }
+    }
+}
+
+const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
+const MAP_FIXED_NOREPLACE: i32 = 0x100000;
+
+fn failed(e: i32) -> *mut c_void {
+    crate::set_errno(e);
+    libc::MAP_FAILED
+}
+
+/// # Safety
+/// As mmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> *mut c_void {
+    let Some(st) = crate::active() else {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    };
+    let _g = Internal::enter();
+    let anon = flags & libc::MAP_ANONYMOUS != 0
+        && flags & 0x0f == libc::MAP_PRIVATE
+        && flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) == 0
+        && prot == RW;
+    let Some(len) = page_up(len).filter(|&l| l > 0) else {
+        // SAFETY: as above (the kernel answers EINVAL).
+        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    };
+    let mut v = st.vmas.lock();
+    if flags & (libc::MAP_FIXED | MAP_FIXED_NOREPLACE) != 0 {
+        let s = addr as usize;
+        let Some(e) = s.checked_add(len) else {
+            return failed(libc::EINVAL);
+        };
+        if v.overlaps(s, e) {
+            let whole = matches!(v.parts(s, e).as_slice(), [(_, _, true)]);
+            if anon && whole {
+                if flags & MAP_FIXED_NOREPLACE != 0 && !v.all_free(s, e) {
+                    return failed(libc::EEXIST);
+                }
+                v.unprotect(st, s, e);
+                let _ = st.uz.discard(s, len);
+                v.remove_free(s, e);
+                return addr;
+            }
+            v.forget(st, s, e);
+        }
+        drop(v);
+        // SAFETY: as above.
+        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    }
+    if !anon {
+        drop(v);
+        // SAFETY: as above.
+        return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    }
+    match v.alloc(st, len) {
+        Some(a) => {
+            drop(v);
+            if flags & libc::MAP_POPULATE != 0 {
+                drop(st.uz.pin(a, len, true));
+            }
+            a as *mut c_void
+        }
+        None => {
+            drop(v);
+            // No region to be had: plain memory, outside the budget.
+            // SAFETY: as above.
+            unsafe { real::mmap(addr, len, prot, flags, fd, off) }
+        }
+    }
+}
+
+/// # Safety
+/// As munmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
+    let s = addr as usize;
+    let e = page_up(len).and_then(|l| s.checked_add(l));
+    let (Some(st), Some(e)) = (crate::active(), e) else {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::munmap(addr, len) };
+    };
+    let _g = Internal::enter();
+    let mut v = st.vmas.lock();
+    if s & (PAGE_SIZE - 1) != 0 || !v.overlaps(s, e) {
+        drop(v);
+        // SAFETY: as above.
+        return unsafe { real::munmap(addr, len) };
+    }
+    let mut rc = 0;
+    for (a, b, ours) in v.parts(s, e) {
+        if ours {
+            v.give_back(st, a, b);
+        } else {
+            // SAFETY: a part of the caller's range that is not ours.
+            rc |= unsafe { real::munmap(a as *mut _, b - a) };
+        }
+    }
+    rc
+}
+
+/// # Safety
+/// As mremap(2); `new_addr` is read only with `MREMAP_FIXED`.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let s = old as usize;
+    let lens = page_up(old_len).zip(page_up(new_len));
+    let ours = crate::active().zip(lens).filter(|(st, (ol, _))| {
+        *ol > 0 && s & (PAGE_SIZE - 1) == 0 && {
+            let _g = Internal::enter();
+            let v = st.vmas.lock();
+            matches!(v.parts(s, s + ol).as_slice(), [(_, _, true)])
+        }
+    });
+    let Some((st, (old_len, new_len))) = ours else {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
+    };
+    let _g = Internal::enter();
+    if new_len == 0 || flags & !libc::MREMAP_MAYMOVE != 0 {
+        // MREMAP_FIXED / MREMAP_DONTUNMAP on region memory: not offered.
+        return failed(libc::EINVAL);
+    }
+    let mut v = st.vmas.lock();
+    if new_len <= old_len {
+        if new_len < old_len {
+            v.give_back(st, s + new_len, s + old_len);
+        }
+        return old;
+    }
+    let (grow_s, grow_e) = (s + old_len, s + new_len);
+    if v.region_of(grow_e - 1) == v.region_of(s) && v.all_free(grow_s, grow_e) {
+        v.remove_free(grow_s, grow_e);
+        return old;
+    }
+    if flags & libc::MREMAP_MAYMOVE == 0 {
+        return failed(libc::ENOMEM);
+    }
+    let Some(new) = v.alloc(st, new_len) else {
+        return failed(libc::ENOMEM);
+    };
+    // SAFETY: two live ranges of region memory that do not overlap (the
+    // new one was free); the copy faults evicted pages in.
+    unsafe { std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_len) };
+    // The protection of the old range does not move with it here: a moved
+    // mapping starts read+write (mremap of protected memory is rare).
+    v.give_back(st, s, s + old_len);
+    new as *mut c_void
+}
+
+/// # Safety
+/// As madvise(2).
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
+    let s = addr as usize;
+    let e = page_up(len).and_then(|l| s.checked_add(l));
+    let (Some(st), Some(e)) = (crate::active(), e) else {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::madvise(addr, len, advice) };
+    };
+    let _g = Internal::enter();
+    let v = st.vmas.lock();
+    if s & (PAGE_SIZE - 1) != 0 || !v.overlaps(s, e) {
+        drop(v);
+        // SAFETY: as above.
+        return unsafe { real::madvise(addr, len, advice) };
+    }
+    let parts = v.parts(s, e);
+    let protected: Vec<(usize, usize)> = v
+        .protected
+        .range(..e)
+        .filter(|(_, &pe)| pe > s)
+        .map(|(&a, &b)| (a, b))
+        .collect();
+    drop(v);
+    let mut rc = 0;
+    for (a, b, ours) in parts {
+        let n = b - a;
+        if !ours {
+            // SAFETY: a part of the caller's range that is not ours.
+            rc |= unsafe { real::madvise(a as *mut _, n, advice) };
+            continue;
+        }
+        let hint = |h| st.uz.advise_range(a, n, h).map_or(-1, |_| 0);
+        rc |= match advice {
+            libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE => {
+                if protected.iter().any(|&(x, y)| x < b && a < y) {
+                    // Pinned and perhaps unwritable: let the kernel drop
+                    // the pages; a fault on one reads zeros.
+                    // SAFETY: region memory of the caller's range.
+                    unsafe { real::madvise(a as *mut _, n, libc::MADV_DONTNEED) }
+                } else {
+                    st.uz.discard(a, n).map_or(-1, |_| 0)
+                }
+            }
+            libc::MADV_WILLNEED => hint(Advice::WillNeed),
+            libc::MADV_COLD => hint(Advice::Cold),
+            libc::MADV_PAGEOUT => hint(Advice::PageOut),
+            libc::MADV_POPULATE_READ | libc::MADV_POPULATE_WRITE => {
+                drop(st.uz.pin(a, n, advice == libc::MADV_POPULATE_WRITE));
+                0
+            }
+            // Huge pages and merging do not apply to memory served by
+            // whole chunks through userfaultfd.
+            libc::MADV_HUGEPAGE
+            | libc::MADV_NOHUGEPAGE
+            | libc::MADV_MERGEABLE
+            | libc::MADV_UNMERGEABLE
+            | 25 => 0,
+            // SAFETY: as above (dump and fork flags, and the rest).
+            _ => unsafe { real::madvise(a as *mut _, n, advice) },
+        };
+    }
+    rc
+}
+
+/// # Safety
+/// As mprotect(2).
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32 {
+    let s = addr as usize;
+    let e = page_up(len).and_then(|l| s.checked_add(l));
+    let (Some(st), Some(e)) = (crate::active(), e) else {
+        // SAFETY: the caller's arguments.
+        return unsafe { real::mprotect(addr, len, prot) };
+    };
+    let _g = Internal::enter();
+    let mut v = st.vmas.lock();
+    if s & (PAGE_SIZE - 1) != 0 || !v.overlaps(s, e) {
+        drop(v);
+        // SAFETY: as above.
+        return unsafe { real::mprotect(addr, len, prot) };
+    }
+    let ours: Vec<(usize, usize)> = v
+        .parts(s, e)
+        .into_iter()
+        .filter(|p| p.2)
+        .map(|p| (p.0, p.1))
+        .collect();
+    if prot != RW {
+        for &(a, b) in &ours {
+            v.protect(st, a, b);
+        }
+    }
+    // SAFETY: as above.
+    let rc = unsafe { real::mprotect(addr, len, prot) };
+    if prot == RW && rc == 0 {
+        for &(a, b) in &ours {
+            v.unprotect(st, a, b);
+        }
+    }
+    rc
+}
+
+/// The same function under its large-file name (programs built with
+/// `_FILE_OFFSET_BITS=64`, such as CPython, call this one).
+///
+/// # Safety
+/// As mmap(2).
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> *mut c_void {
+    // SAFETY: the same function.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}

@@ -1,0 +1,403 @@
+//! What a program that was not written for uzswap needs from its memory,
+//! addressed by plain addresses (the preload library's calls): pinning a
+//! range resident for a system call or a protection change, discarding a
+//! range (`MADV_DONTNEED`, `munmap`), and bringing everything in before a
+//! `fork`.
+//!
+//! # Pins
+//! A pinned chunk carries `chunk::PINNED`, which the evictor honours when it
+//! takes a victim (`chunk::take_for_evict` fails), so a pinned chunk that is
+//! mapped stays mapped. A region's pin counts live in `RegionInner::pins`;
+//! the flag mirrors "count > 0" and is set or cleared only under that lock,
+//! so two pinners of one chunk never race on it. Pinning sets the flag
+//! first and touches the pages after: a chunk an evictor took before the
+//! flag landed is stored and zapped, and the touch then faults it back in
+//! (it waits for the eviction to end), after which no evictor can take it.
+//!
+//! # Discard
+//! A whole chunk is taken (BUSY, as a resolver takes it), zapped, its cache
+//! entries invalidated, its charge dropped, and left UNTOUCHED: the next
+//! fault zero-fills it, as the kernel does for a dropped anonymous page. A
+//! chunk only partly in the range is written with zeros instead (faulting
+//! in what it needs): its other pages keep their data, and RESIDENT keeps
+//! meaning "every page mapped".
+//!
+//! # Fork
+//! Without `UFFD_FEATURE_EVENT_FORK` (which an unprivileged process cannot
+//! enable) a child's copy of a region is no longer registered, so a page
+//! evicted at the fork would read as zeros in the child. `prepare_fork`
+//! therefore holds eviction (`evict_lock`, and `Shared::frozen` so faults
+//! skip the backstop) and brings every stored chunk in; the child then
+//! shares every page copy-on-write. The budget is exceeded until the guard
+//! is dropped, when the evictor takes it back down.
+//!
+//! Lock order: `evict_lock` (fork) → `RegionInner::live` (read) →
+//! `RegionInner::pins`. Pages are touched with no lock held: their faults
+//! take `live` themselves.
+
+use super::chunk::{self, *};
+use super::{evict, fault, Advice, RegionError, RegionInner, Shared, Uzswap};
+use crate::PAGE_SIZE;
+use serde::Serialize;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU8, Ordering::*};
+use std::sync::Arc;
+
+/// Whether a system call that touches an evicted page of a region works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelFaults {
+    /// The kernel hands faults it takes inside system calls to the handler
+    /// (`/dev/userfaultfd`, handler threads): `read(2)` into an evicted
+    /// page works as on resident memory.
+    Served,
+    /// Such a fault fails the call with EFAULT (`UFFD_USER_MODE_ONLY`, or
+    /// signal mode): buffers must be brought in and pinned for the call
+    /// ([`Uzswap::pin`]).
+    NotServed,
+}
+
+pub(super) fn kernel_faults(sh: &Shared) -> KernelFaults {
+    if sh.signal || sh.open_path == super::OpenPath::SyscallUserMode {
+        KernelFaults::NotServed
+    } else {
+        KernelFaults::Served
+    }
+}
+
+/// The regions `addr..addr+len` overlaps, each with the overlapping bytes.
+fn regions_in(sh: &Shared, addr: usize, len: usize) -> Vec<(Arc<RegionInner>, Range<usize>)> {
+    let end = addr.saturating_add(len);
+    let map = sh.regions.read();
+    let mut out = Vec::new();
+    // The region starting at or before `addr`, then every one starting
+    // inside the range.
+    let first = map.range(..=addr).next_back().map(|(_, r)| r.clone());
+    for r in first.into_iter().chain(
+        map.range(addr.saturating_add(1)..end)
+            .map(|(_, r)| r.clone()),
+    ) {
+        let (s, e) = (addr.max(r.base), end.min(r.base + r.len));
+        if s < e {
+            out.push((r, s..e));
+        }
+    }
+    out
+}
+
+fn chunks_of(sh: &Shared, r: &RegionInner, range: &Range<usize>) -> Range<usize> {
+    (range.start - r.base) / sh.chunk..(range.end - r.base).div_ceil(sh.chunk)
+}
+
+/// Pin the chunks of `range`; with `touch`, bring in what is not mapped
+/// (with `write`, what is not writable) too.
+fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write: bool) {
+    let chunks = chunks_of(sh, r, range);
+    {
+        let mut pins = r.pins.lock();
+        for ci in chunks.clone() {
+            let n = pins.entry(ci as u32).or_insert(0);
+            *n += 1;
+            if *n == 1 {
+                chunk::update_flags(&r.state[ci], 0, PINNED);
+            }
+        }
+    }
+    if !touch {
+        return;
+    }
+    // Bring in what is not mapped (or, for a write, not writable). A
+    // pinned chunk that is RESIDENT stays so; CLEAN and PARTIAL pages are
+    // readable. Touching only what needs it keeps a pinned range that the
+    // program protected (`mprotect`) from faulting in our hands.
+    for ci in chunks {
+        let base = r.chunk_addr(ci, sh.chunk);
+        let (s, e) = (base.max(range.start), (base + sh.chunk).min(range.end));
+        loop {
+            let w = r.state[ci].load(Acquire);
+            let done = match chunk::state(w) {
+                RESIDENT => true,
+                CLEAN => !write,
+                PARTIAL if !write => chunk::part_mask(w).is_some_and(|m| {
+                    (s & !(PAGE_SIZE - 1)..e).step_by(PAGE_SIZE).all(|p| {
+                        m & chunk::group_bit((p - base) / PAGE_SIZE, sh.chunk / PAGE_SIZE) != 0
+                    })
+                }),
+                _ => false,
+            };
+            if done {
+                break;
+            }
+            if !*r.live.read() {
+                return;
+            }
+            for p in (s & !(PAGE_SIZE - 1)..e).step_by(PAGE_SIZE) {
+                // SAFETY: `p` lies in a live region mapping; the access is
+                // resolved by the fault handler like any other. A write is
+                // an atomic OR of zero, so a concurrent write of the
+                // program's to the same byte is never lost (`black_box`:
+                // an OR known to be of zero is folded into a load, which
+                // an unused result then removes).
+                unsafe {
+                    if write {
+                        (*(p as *const AtomicU8)).fetch_or(std::hint::black_box(0), Relaxed);
+                    } else {
+                        std::ptr::read_volatile(p as *const u8);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn unpin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>) {
+    let mut pins = r.pins.lock();
+    for ci in chunks_of(sh, r, range) {
+        if let std::collections::hash_map::Entry::Occupied(mut e) = pins.entry(ci as u32) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+                chunk::update_flags(&r.state[ci], PINNED, 0);
+            }
+        }
+    }
+}
+
+/// Ranges pinned for a system call; unpinned on drop.
+pub struct PinGuard<'a> {
+    sh: &'a Shared,
+    pinned: Vec<(Arc<RegionInner>, Range<usize>)>,
+}
+
+impl Drop for PinGuard<'_> {
+    fn drop(&mut self) {
+        for (r, range) in &self.pinned {
+            unpin_in(self.sh, r, range);
+        }
+        if !self.pinned.is_empty() {
+            evict::maybe_kick(self.sh);
+        }
+    }
+}
+
+/// Every chunk brought in for a fork; eviction resumes on drop (in the
+/// parent: a child must `std::mem::forget` it, the lock it holds belongs
+/// to the parent's threads).
+pub struct ForkGuard<'a> {
+    sh: &'a Shared,
+    _clock: parking_lot::MutexGuard<'a, evict::Clock>,
+}
+
+impl Drop for ForkGuard<'_> {
+    fn drop(&mut self) {
+        self.sh.frozen.store(false, Release);
+        evict::maybe_kick(self.sh);
+    }
+}
+
+impl Uzswap {
+    /// Whether system calls on evicted region memory are served (see
+    /// [`KernelFaults`]).
+    pub fn kernel_faults(&self) -> KernelFaults {
+        kernel_faults(&self.owner.sh)
+    }
+
+    /// Whether `addr` lies in one of this instance's regions.
+    pub fn contains(&self, addr: usize) -> bool {
+        self.owner.sh.lookup(addr).is_some()
+    }
+
+    /// Bring the region memory in `addr..addr+len` in and keep it mapped
+    /// (and, with `write`, writable) until the guard is dropped: for a
+    /// system call that uses it as a buffer where the kernel does not hand
+    /// its faults to us ([`KernelFaults::NotServed`]). Bytes outside every
+    /// region are ignored. Pinned memory is charged and may take usage
+    /// over the budget; pin what one call needs.
+    pub fn pin(&self, addr: usize, len: usize, write: bool) -> PinGuard<'_> {
+        let sh = &*self.owner.sh;
+        let pinned = regions_in(sh, addr, len);
+        for (r, range) in &pinned {
+            pin_in(sh, r, range, true, write);
+        }
+        PinGuard { sh, pinned }
+    }
+
+    /// Keep the evictor off the chunks of `addr..addr+len` without bringing
+    /// anything in: for memory the program made inaccessible or read-only
+    /// (`mprotect`), which the evictor must not read or write-protect. A
+    /// stored chunk stays stored and comes in at its next fault as usual.
+    /// Each call must be matched by one [`Uzswap::unpin`] of the same range.
+    pub fn pin_range(&self, addr: usize, len: usize) {
+        let sh = &*self.owner.sh;
+        for (r, range) in regions_in(sh, addr, len) {
+            pin_in(sh, &r, &range, false, false);
+        }
+    }
+
+    /// Undo one [`Uzswap::pin_range`] of the same range.
+    pub fn unpin(&self, addr: usize, len: usize) {
+        drop(PinGuard {
+            sh: &self.owner.sh,
+            pinned: regions_in(&self.owner.sh, addr, len),
+        });
+    }
+
+    /// `MADV_DONTNEED` for region memory: the pages of `addr..addr+len`
+    /// read back as zeros, and what they held resident or in the cache is
+    /// freed. `addr` must be page-aligned; the length is rounded up to
+    /// whole pages. Bytes outside every region are ignored.
+    pub fn discard(&self, addr: usize, len: usize) -> Result<(), RegionError> {
+        if !addr.is_multiple_of(PAGE_SIZE) {
+            return Err(RegionError::Config(format!(
+                "discard at {addr:#x}: not page-aligned"
+            )));
+        }
+        let len = len
+            .checked_next_multiple_of(PAGE_SIZE)
+            .ok_or_else(|| RegionError::Config("discard length overflows".into()))?;
+        let sh = &*self.owner.sh;
+        for (r, range) in regions_in(sh, addr, len) {
+            discard_in(sh, &r, range);
+        }
+        Ok(())
+    }
+
+    /// [`super::Region::advise`] by address: the hint for every region
+    /// `addr..addr+len` overlaps.
+    pub fn advise_range(&self, addr: usize, len: usize, advice: Advice) -> Result<(), RegionError> {
+        let sh = &self.owner.sh;
+        for (r, range) in regions_in(sh, addr, len) {
+            super::advise_in(sh, &r, range.start - r.base..range.end - r.base, advice)?;
+        }
+        Ok(())
+    }
+
+    /// Bring every stored page of every region in and hold eviction until
+    /// the guard is dropped, so that a child forked meanwhile has all its
+    /// parent's bytes (see the module comment). Costs a decompression of
+    /// everything evicted, and memory over the budget while held.
+    pub fn prepare_fork(&self) -> Result<ForkGuard<'_>, RegionError> {
+        let sh = &*self.owner.sh;
+        sh.frozen.store(true, Release);
+        let clock = sh.evict_lock.lock();
+        let guard = ForkGuard { sh, _clock: clock };
+        for attempt in 0.. {
+            let mut left = 0usize;
+            for r in sh.snapshot_regions() {
+                if !r.registered.load(Acquire) {
+                    continue;
+                }
+                fault::will_need(sh, &r, 0..r.state.len())?;
+                for s in r.state.iter() {
+                    match chunk::state(s.load(Acquire)) {
+                        STORED | PARTIAL => left += 1,
+                        BUSY | EVICTING => {
+                            chunk::wait_released(s);
+                            left += usize::from(matches!(
+                                chunk::state(s.load(Acquire)),
+                                STORED | PARTIAL
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if left == 0 {
+                break;
+            }
+            if attempt == 3 {
+                return Err(RegionError::Os(format!(
+                    "fork: {left} chunks could not be brought in (see fault_errors)"
+                )));
+            }
+        }
+        Ok(guard)
+    }
+}
+
+fn discard_in(sh: &Shared, r: &RegionInner, range: Range<usize>) {
+    if !r.registered.load(Acquire) {
+        let _mapped = sh.mapped.lock();
+        if !r.registered.load(Acquire) {
+            // Plain memory still: the kernel's own semantics are ours.
+            // SAFETY: a range of the region's own mapping.
+            unsafe {
+                libc::madvise(
+                    range.start as *mut _,
+                    range.end - range.start,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            return;
+        }
+    }
+    for ci in chunks_of(sh, r, &range) {
+        let base = r.chunk_addr(ci, sh.chunk);
+        let (s, e) = (base.max(range.start), (base + sh.chunk).min(range.end));
+        if s == base && e == base + sh.chunk {
+            discard_chunk(sh, r, ci);
+        } else if chunk::state(r.state[ci].load(Acquire)) != UNTOUCHED {
+            // SAFETY: bytes of a live region mapping; the writes fault the
+            // pages in like the program's own would.
+            unsafe { std::ptr::write_bytes(s as *mut u8, 0, e - s) };
+        }
+    }
+}
+
+fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
+    let s = &r.state[ci];
+    let (live, prev) = loop {
+        let live = r.live.read();
+        if !*live {
+            return;
+        }
+        let w = s.load(Acquire);
+        match chunk::state(w) {
+            UNTOUCHED => return,
+            BUSY | EVICTING => {
+                drop(live);
+                chunk::wait_released(s);
+            }
+            st => {
+                if let Ok(prev) = chunk::transition(s, st, BUSY, 0, 0) {
+                    break (live, prev);
+                }
+            }
+        }
+    };
+    let base = r.chunk_addr(ci, sh.chunk);
+    let charged = chunk::charge(prev, sh.chunk);
+    if charged > 0 {
+        // SAFETY: a chunk of a live region that we own (BUSY).
+        unsafe { libc::madvise(base as *mut _, sh.chunk, libc::MADV_DONTNEED) };
+        sh.resident.fetch_sub(charged, Relaxed);
+    }
+    sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
+    let clear = REF | ACTIVE | REJECTED | PART | MASK_BITS;
+    if chunk::release(s, UNTOUCHED, clear, 0) {
+        sh.wake(base, sh.chunk);
+    }
+    drop(live);
+}
+
+impl super::Region {
+    /// [`Uzswap::discard`] of the bytes `range` of this region (widened to
+    /// whole pages).
+    pub fn discard(&self, range: Range<usize>) -> Result<(), RegionError> {
+        if range.start > range.end || range.end > self.len() {
+            return Err(RegionError::Config(format!(
+                "range {range:?} outside region of {} bytes",
+                self.len()
+            )));
+        }
+        let start = range.start & !(PAGE_SIZE - 1);
+        let sh = &*self.owner.sh;
+        discard_in(
+            sh,
+            &self.inner,
+            self.inner.base + start
+                ..self.inner.base + range.end.next_multiple_of(PAGE_SIZE).min(self.len()),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,257 @@
+//! What programs not written for uzswap need: system calls on evicted
+//! memory (pins), `MADV_DONTNEED` semantics (discard, and pages the program
+//! drops behind our back), and a fork whose child sees every byte.
+
+use uzswap::region::{Advice, Config, HandlerMode, KernelFaults};
+use uzswap::{Pattern, PAGE_SIZE};
+
+mod common;
+use common::{instance, page};
+
+const LEN: usize = 4 << 20;
+
+fn filled(cfg: Config) -> Option<(uzswap::Uzswap, uzswap::Region)> {
+    let uz = instance(Config {
+        defer_register: false,
+        ..cfg
+    })?;
+    let r = uz.region(LEN).unwrap();
+    for i in 0..LEN / PAGE_SIZE {
+        Pattern::Text.fill(i as u64, 7, page(&r, i));
+    }
+    Some((uz, r))
+}
+
+fn pipe() -> (i32, i32) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    (fds[0], fds[1])
+}
+
+/// With `UFFD_USER_MODE_ONLY` a write(2) from an evicted page fails with
+/// EFAULT; pinned first, it and a read(2) into evicted pages both work.
+#[test]
+fn pinned_buffers_serve_system_calls_in_user_mode_only() {
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let Some((uz, r)) = filled(Config {
+            user_mode_only: true,
+            handler,
+            ..Config::default()
+        }) else {
+            return;
+        };
+        assert_eq!(uz.kernel_faults(), KernelFaults::NotServed);
+        assert_eq!(uz.stats().kernel_faults, KernelFaults::NotServed);
+        let (rd, wr) = pipe();
+        let n = 16 * PAGE_SIZE;
+        // Without a pin: EFAULT (the kernel does not hand us the fault).
+        r.advise(0..LEN, Advice::PageOut).unwrap();
+        assert_eq!(uz.stats().resident_bytes, 0);
+        // SAFETY: the buffer lies in the live region.
+        let w = unsafe { libc::write(wr, r.as_ptr() as *const _, n) };
+        assert_eq!(w, -1, "{handler:?}: write from an evicted page");
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EFAULT)
+        );
+        // Pinned: the bytes go through, and come back into evicted pages.
+        {
+            let _pin = uz.pin(r.as_ptr() as usize, n, false);
+            // SAFETY: as above.
+            let w = unsafe { libc::write(wr, r.as_ptr() as *const _, n) };
+            assert_eq!(w, n as isize, "{handler:?}");
+        }
+        r.advise(0..LEN, Advice::PageOut).unwrap();
+        // SAFETY: the middle of the live region.
+        let dst = unsafe { r.as_ptr().add(LEN / 2) };
+        {
+            let _pin = uz.pin(dst as usize, n, true);
+            let mut got = 0;
+            while got < n {
+                // SAFETY: `dst..dst+n` lies in the live region, pinned.
+                let k = unsafe { libc::read(rd, dst.add(got) as *mut _, n - got) };
+                assert!(k > 0, "{handler:?}: read into pinned pages failed");
+                got += k as usize;
+            }
+        }
+        let half = LEN / 2 / PAGE_SIZE;
+        for i in 0..16 {
+            assert!(
+                Pattern::Text.verify(i as u64, 7, page(&r, half + i)),
+                "{handler:?} page {i}"
+            );
+        }
+        // SAFETY: our descriptors.
+        unsafe {
+            libc::close(rd);
+            libc::close(wr);
+        }
+    }
+}
+
+/// A pinned chunk is never evicted, even by an explicit page-out, and is
+/// evictable again once unpinned.
+#[test]
+fn pinned_chunks_are_not_evicted() {
+    let Some((uz, r)) = filled(Config::default()) else {
+        return;
+    };
+    let chunk = uz.chunk_bytes();
+    uz.pin_range(r.as_ptr() as usize, chunk);
+    r.advise(0..LEN, Advice::PageOut).unwrap();
+    assert_eq!(uz.stats().resident_bytes, chunk as u64);
+    assert_eq!(r.resident_bytes(), chunk as u64);
+    uz.unpin(r.as_ptr() as usize, chunk);
+    r.advise(0..LEN, Advice::PageOut).unwrap();
+    assert_eq!(uz.stats().resident_bytes, 0);
+    for i in 0..LEN / PAGE_SIZE {
+        assert!(Pattern::Text.verify(i as u64, 7, page(&r, i)), "page {i}");
+    }
+}
+
+/// Discard reads back zeros in every state a chunk can be in (resident,
+/// clean, partial, stored), frees what it held, and leaves the pages
+/// around a range that ends mid-chunk intact.
+#[test]
+fn discard_reads_back_zeros_and_frees() {
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let Some((uz, r)) = filled(Config {
+            handler,
+            ..Config::default()
+        }) else {
+            return;
+        };
+        let chunk = uz.chunk_bytes();
+        let cp = chunk / PAGE_SIZE;
+        // Chunks 0-1 resident; 2-3 stored; 4 clean (read back whole); 5
+        // partial (one page read back); then a range ending mid-chunk.
+        r.advise(2 * chunk..6 * chunk, Advice::PageOut).unwrap();
+        r.advise(4 * chunk..5 * chunk, Advice::WillNeed).unwrap();
+        assert_eq!(common::read(&r, 5 * cp + 3), page(&r, 5 * cp + 3)[0]);
+        let pool_before = uz.stats().zswap.stored_pages;
+        let end = 6 * chunk + 3 * PAGE_SIZE;
+        r.discard(0..end).unwrap();
+        let st = uz.stats();
+        assert!(
+            st.zswap.stored_pages < pool_before,
+            "{handler:?}: nothing freed from the cache: {st:?}"
+        );
+        for i in 0..end / PAGE_SIZE {
+            assert!(page(&r, i).iter().all(|&b| b == 0), "{handler:?} page {i}");
+        }
+        for i in end / PAGE_SIZE..LEN / PAGE_SIZE {
+            assert!(
+                Pattern::Text.verify(i as u64, 7, page(&r, i)),
+                "{handler:?} page {i} lost"
+            );
+        }
+        // Written again after the discard, the pages keep the new data
+        // through an eviction.
+        for i in 0..end / PAGE_SIZE {
+            Pattern::Index.fill(i as u64, 1, page(&r, i));
+        }
+        r.advise(0..LEN, Advice::PageOut).unwrap();
+        for i in 0..end / PAGE_SIZE {
+            assert!(Pattern::Index.verify(i as u64, 1, page(&r, i)), "page {i}");
+        }
+    }
+}
+
+/// A page the program drops itself with madvise(MADV_DONTNEED) reads back
+/// as zeros (it used to loop for ever as a stale fault), in a resident, a
+/// clean and a partial chunk, in both handler modes.
+#[test]
+fn pages_dropped_behind_our_back_read_zero() {
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let Some((uz, r)) = filled(Config {
+            handler,
+            ..Config::default()
+        }) else {
+            return;
+        };
+        let chunk = uz.chunk_bytes();
+        let cp = chunk / PAGE_SIZE;
+        r.advise(chunk..3 * chunk, Advice::PageOut).unwrap();
+        r.advise(chunk..2 * chunk, Advice::WillNeed).unwrap(); // clean
+        let _ = common::read(&r, 2 * cp + 5); // partial: page 5 mapped
+        let dropped = [3, cp + 2, 2 * cp + 5];
+        for &i in &dropped {
+            // SAFETY: a page of the live region: what a program may do.
+            let rc = unsafe {
+                libc::madvise(
+                    r.as_ptr().add(i * PAGE_SIZE) as *mut _,
+                    PAGE_SIZE,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            assert_eq!(rc, 0);
+        }
+        for &i in &dropped {
+            assert!(page(&r, i).iter().all(|&b| b == 0), "{handler:?} page {i}");
+        }
+        assert!(uz.stats().faults_dropped >= dropped.len() as u64 - 1);
+        // Written, evicted, read back: the new bytes, not the old copy.
+        for &i in &dropped {
+            page(&r, i)[100] = 42;
+        }
+        r.advise(0..LEN, Advice::PageOut).unwrap();
+        for i in 0..LEN / PAGE_SIZE {
+            let p = page(&r, i);
+            if dropped.contains(&i) {
+                assert_eq!(p[100], 42, "{handler:?} page {i}");
+                assert_eq!(p.iter().filter(|&&b| b != 0).count(), 1);
+            } else {
+                assert!(Pattern::Text.verify(i as u64, 7, p), "{handler:?} page {i}");
+            }
+        }
+    }
+}
+
+/// A child forked after `prepare_fork` sees every byte its parent had,
+/// evicted pages included; the parent carries on under its budget.
+#[test]
+fn a_forked_child_sees_evicted_pages() {
+    let Some((uz, r)) = filled(Config::default()) else {
+        return;
+    };
+    r.advise(0..LEN, Advice::PageOut).unwrap();
+    let _ = common::read(&r, 9); // one partial chunk
+    let guard = uz.prepare_fork().unwrap();
+    // SAFETY: the child only reads memory and exits with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        std::mem::forget(guard);
+        let ok = (0..LEN / PAGE_SIZE).all(|i| Pattern::Text.verify(i as u64, 7, page(&r, i)));
+        // SAFETY: leaving the child without running the parent's drops.
+        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+    }
+    drop(guard);
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child saw wrong bytes: status {status:#x}"
+    );
+    for i in 0..LEN / PAGE_SIZE {
+        assert!(Pattern::Text.verify(i as u64, 7, page(&r, i)), "page {i}");
+    }
+}
+
+#[test]
+fn a_budget_below_the_minimum_is_refused() {
+    let cfg = Config {
+        budget: 64 << 10,
+        ..Config::default()
+    };
+    let min = uzswap::region::min_budget(&cfg);
+    match uzswap::Uzswap::new(cfg) {
+        Err(uzswap::RegionError::Config(m)) => {
+            assert!(m.contains(&min.to_string()), "{m}");
+        }
+        Err(e @ uzswap::RegionError::Unavailable(_)) => eprintln!("skipping: {e}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a 64 KiB budget was accepted"),
+    }
+}
