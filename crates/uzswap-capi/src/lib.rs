@@ -85,6 +85,7 @@ impl From<RegionError> for Error {
                 ZswapError::Swap(
                     SwapError::DirMissing(_)
                     | SwapError::NotADir(_)
+                    | SwapError::Unsuitable { .. }
                     | SwapError::TooSmall(_)
                     | SwapError::BadPageCluster(_),
                 ) => UZSWAP_EINVAL,
@@ -93,7 +94,7 @@ impl From<RegionError> for Error {
             RegionError::Os(_) => UZSWAP_EIO,
         };
         // The Display of each error already carries its cause (`{0}`,
-        // `transparent`, "...: {source}"), so the chain is not appended.
+        // `transparent`, "...: {cause}"), so the chain is not appended.
         err(code, e.to_string())
     }
 }
@@ -197,17 +198,18 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
         folio_order: c.folio_order,
         ..Config::default()
     };
-    cfg.handler =
-        match c.handler {
-            UZSWAP_HANDLER_BLOCK => HandlerMode::Block,
-            UZSWAP_HANDLER_SIGNAL => HandlerMode::Signal,
-            h => return Err(err(
+    cfg.handler = match c.handler {
+        UZSWAP_HANDLER_BLOCK => HandlerMode::Block,
+        UZSWAP_HANDLER_SIGNAL => HandlerMode::Signal,
+        h => {
+            return Err(err(
                 UZSWAP_EINVAL,
                 format!(
                     "handler {h} is neither UZSWAP_HANDLER_BLOCK (0) nor UZSWAP_HANDLER_SIGNAL (1)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     // SAFETY: the caller's contract on the string fields.
     if let Some(name) = unsafe { opt_str(c.compressor, "compressor") }? {
         cfg.zswap.compressor = name;
