@@ -38,3 +38,42 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::usemem::parse_size;
+
+    #[test]
+    fn parse_size_suffixes() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5K"), Ok(1536));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size(" 2g "), Ok(2 << 30));
+        assert_eq!(parse_size("16777215T"), Ok(16_777_215 << 40));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+    }
+
+    /// Non-finite and overflowing sizes were saturated to u64::MAX, which a
+    /// budget reads as "no budget".
+    #[test]
+    fn parse_size_rejects_non_finite_and_overflow() {
+        for bad in [
+            "1e30",
+            "infK",
+            "inf",
+            "-inf",
+            "NaN",
+            "nanM",
+            "16777216T",
+            "2e7T",
+            "-1",
+            "1X",
+            "",
+        ] {
+            let r = parse_size(bad);
+            assert!(r.is_err(), "{bad:?} parsed as {r:?}");
+        }
+        assert!(parse_size("1e30").unwrap_err().contains("too large"));
+        assert!(parse_size("infK").unwrap_err().contains("finite"));
+    }
+}

@@ -62,11 +62,27 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         }
         _ => (s, 1),
     };
-    let n: f64 = num.parse().map_err(|_| format!("bad size '{s}'"))?;
-    if n.is_nan() || n < 0.0 {
-        return Err(format!("bad size '{s}'"));
+    // Whole numbers exactly (an f64 holds integers only up to 2^53), with
+    // the multiplication checked.
+    if let Ok(n) = num.trim().parse::<u64>() {
+        return n
+            .checked_mul(mul)
+            .ok_or_else(|| format!("size '{s}' is too large (more than 2^64 - 1 bytes)"));
     }
-    Ok((n * mul as f64) as u64)
+    let n: f64 = num.trim().parse().map_err(|_| format!("bad size '{s}'"))?;
+    // `as u64` saturates: infinity, or 1e30, would become u64::MAX, which
+    // means "no budget" downstream.
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("bad size '{s}': not a finite, non-negative number"));
+    }
+    let bytes = n * mul as f64;
+    // 2^64 is the first f64 above every u64.
+    if bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(format!(
+            "size '{s}' is too large (more than 2^64 - 1 bytes)"
+        ));
+    }
+    Ok(bytes as u64)
 }
 
 #[derive(clap::Args, Clone, Debug)]

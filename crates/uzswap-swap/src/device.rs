@@ -80,18 +80,23 @@ pub enum SwapError {
     DirMissing(PathBuf),
     #[error("swap directory {0} is not a directory")]
     NotADir(PathBuf),
-    #[error("swap directory {dir} is not writable: {source}")]
-    NotWritable { dir: PathBuf, source: io::Error },
+    // The I/O errors below are named `cause`, not `source`: the message
+    // already ends with the cause, so it must not also be the error's
+    // `source()`, or a chain printer (anyhow's `{:#}`) prints it twice.
+    #[error("swap directory {dir} is not writable: {cause}")]
+    NotWritable { dir: PathBuf, cause: io::Error },
+    #[error("swap directory {dir} cannot hold a swap file: {reason}")]
+    Unsuitable { dir: PathBuf, reason: String },
     #[error("not enough space in {dir} for a {size}-byte swap file ({avail} bytes available)")]
     NoSpace { dir: PathBuf, size: u64, avail: u64 },
     #[error("swap size {0} bytes is below one cluster ({CLUSTER_BYTES} bytes)")]
     TooSmall(u64),
     #[error("page_cluster {0} is above {MAX_PAGE_CLUSTER}")]
     BadPageCluster(u32),
-    #[error("the filesystem of {dir} does not support O_DIRECT: {source}")]
-    DirectIoUnsupported { dir: PathBuf, source: io::Error },
-    #[error("swap file in {dir}: {source}")]
-    Io { dir: PathBuf, source: io::Error },
+    #[error("the filesystem of {dir} does not support O_DIRECT: {cause}")]
+    DirectIoUnsupported { dir: PathBuf, cause: io::Error },
+    #[error("swap file in {dir}: {cause}")]
+    Io { dir: PathBuf, cause: io::Error },
 }
 
 /// Device counters (names as the kernel's where one exists).
@@ -186,6 +191,54 @@ fn statvfs_avail(dir: &Path) -> Option<u64> {
             return None;
         }
         Some(st.f_bavail as u64 * st.f_frsize as u64)
+    }
+}
+
+/// `statfs(2)`'s `f_type` of the filesystem holding `path`.
+fn fs_magic(path: &Path) -> Option<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized,
+    // writable statfs for the call to fill.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::statfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        #[allow(clippy::unnecessary_cast)] // `f_type`'s type differs by architecture
+        Some(st.f_type as i64)
+    }
+}
+
+/// Kernel pseudo-filesystems (linux/magic.h): they exist as directories but
+/// store no regular files, so creating one there fails with an errno
+/// (ENOENT, EACCES...) that would not say why.
+const PSEUDO_FS: &[(i64, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x1cd1, "devpts"),
+    (0x0027_e0eb, "cgroup"),
+    (0x6367_7270, "cgroup2"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x7363_6673, "securityfs"),
+    (0xcafe_4a11, "bpf"),
+    (0x6165_676c, "pstore"),
+    (0x6265_6570, "configfs"),
+    (0xde5e_81e4, "efivarfs"),
+];
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+/// The name of the filesystem of `dir` when it keeps its files in memory
+/// (tmpfs, ramfs): a swap device there writes pages back into RAM (or the
+/// kernel's own swap), which frees no memory.
+pub fn memory_backed_fs(dir: &Path) -> Option<&'static str> {
+    match fs_magic(dir)? {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
     }
 }
 
@@ -284,22 +337,38 @@ impl SwapDevice {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(SwapError::DirMissing(dir))
             }
-            Err(source) => return Err(SwapError::Io { dir, source }),
+            Err(cause) => return Err(SwapError::Io { dir, cause }),
             Ok(m) if !m.is_dir() => return Err(SwapError::NotADir(dir)),
             Ok(_) => {}
         }
-        let file = open_unlinked(&dir).map_err(|source| {
-            if matches!(errno_of(&source), libc::EROFS | libc::EACCES | libc::EPERM) {
-                SwapError::NotWritable {
-                    dir: dir.clone(),
-                    source,
-                }
-            } else {
-                SwapError::Io {
-                    dir: dir.clone(),
-                    source,
-                }
-            }
+        let magic = fs_magic(&dir);
+        if let Some(&(_, fs)) = PSEUDO_FS.iter().find(|&&(m, _)| Some(m) == magic) {
+            return Err(SwapError::Unsuitable {
+                reason: format!(
+                    "it is on {fs}, a kernel pseudo-filesystem that stores no files; \
+                     use a directory on a disk filesystem"
+                ),
+                dir,
+            });
+        }
+        let file = open_unlinked(&dir).map_err(|cause| match errno_of(&cause) {
+            libc::EROFS | libc::EACCES | libc::EPERM => SwapError::NotWritable {
+                dir: dir.clone(),
+                cause,
+            },
+            // The directory exists (checked above), so ENOENT means its
+            // filesystem refuses to create files, not a missing path.
+            libc::ENOENT => SwapError::Unsuitable {
+                dir: dir.clone(),
+                reason: format!(
+                    "its filesystem refused to create a file there ({cause}) although \
+                     the directory exists; use a directory on a disk filesystem"
+                ),
+            },
+            _ => SwapError::Io {
+                dir: dir.clone(),
+                cause,
+            },
         })?;
         let fd = file.as_raw_fd();
         let Ok(len) = libc::off_t::try_from(size) else {
@@ -321,12 +390,12 @@ impl SwapDevice {
                     if avail < size {
                         return Err(SwapError::NoSpace { dir, size, avail });
                     }
-                    file.set_len(size).map_err(|source| SwapError::Io {
+                    file.set_len(size).map_err(|cause| SwapError::Io {
                         dir: dir.clone(),
-                        source,
+                        cause,
                     })?;
                 }
-                _ => return Err(SwapError::Io { dir, source: e }),
+                _ => return Err(SwapError::Io { dir, cause: e }),
             }
         }
         if cfg.direct_io {
@@ -340,8 +409,8 @@ impl SwapDevice {
                 }
             };
             if rc < 0 {
-                let source = io::Error::last_os_error();
-                return Err(SwapError::DirectIoUnsupported { dir, source });
+                let cause = io::Error::last_os_error();
+                return Err(SwapError::DirectIoUnsupported { dir, cause });
             }
         }
         Ok(Self::from_parts(

@@ -22,7 +22,7 @@ mod sync;
 
 pub use baseline::GlobalLockAllocator;
 pub use cluster::{ClusterAllocator, ClusterFlag};
-pub use device::{SwapDevice, SwapDeviceConfig, SwapError, SwapStats};
+pub use device::{memory_backed_fs, SwapDevice, SwapDeviceConfig, SwapError, SwapStats};
 pub use entry::{SlotError, SlotRange, SwapSlot};
 
 /// Slots are pages.

@@ -280,3 +280,73 @@ fn a_file_that_fails_writes_returns_errors() {
     assert_eq!(d.stats().used, 0);
     d.allocator().check_invariants().unwrap();
 }
+
+/// The message and its `source()` chain, joined as anyhow's `{:#}` does.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s += &format!(": {c}");
+        cur = c.source();
+    }
+    s
+}
+
+/// An error whose message already ends with its I/O cause must not return
+/// that cause from `source()` too, or printing the chain repeats it
+/// ("...(os error 30): ...(os error 30)").
+#[test]
+fn errors_print_their_cause_once() {
+    let rofs = || std::io::Error::from_raw_os_error(libc::EROFS);
+    let dir = std::path::PathBuf::from("/ro");
+    for e in [
+        SwapError::Io {
+            dir: dir.clone(),
+            cause: rofs(),
+        },
+        SwapError::NotWritable {
+            dir: dir.clone(),
+            cause: rofs(),
+        },
+        SwapError::DirectIoUnsupported {
+            dir: dir.clone(),
+            cause: rofs(),
+        },
+    ] {
+        let text = chain(&e);
+        assert_eq!(text.matches("os error 30").count(), 1, "{text}");
+    }
+}
+
+/// A directory on a pseudo-filesystem exists but can hold no file: the
+/// error says so, rather than the ENOENT of the failed create.
+#[test]
+fn pseudo_filesystem_dir_is_unsuitable() {
+    let dir = TempDir::new();
+    let e = match SwapDevice::create(SwapDeviceConfig {
+        dir: "/proc".into(),
+        ..cfg(&dir, 1)
+    }) {
+        Ok(_) => panic!("made a swap file in /proc"),
+        Err(e) => e,
+    };
+    assert!(matches!(e, SwapError::Unsuitable { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("/proc cannot hold a swap file") && text.contains("procfs"),
+        "{text}"
+    );
+}
+
+#[test]
+fn memory_backed_dirs_are_recognised() {
+    // /dev/shm is tmpfs on Linux systems with glibc's POSIX shared memory.
+    assert_eq!(
+        uzswap_swap::memory_backed_fs(std::path::Path::new("/dev/shm")),
+        Some("tmpfs")
+    );
+    assert_eq!(
+        uzswap_swap::memory_backed_fs(std::path::Path::new("/proc")),
+        None
+    );
+}

@@ -38,20 +38,21 @@ pub struct Args {
     /// Print one JSON object with the figures as the last line of stdout.
     #[arg(long)]
     pub json: bool,
-    /// Seconds per throughput case (split over the rounds).
-    #[arg(long, default_value_t = 1.5)]
+    /// Seconds per throughput case (split over the rounds), at most 3600.
+    #[arg(long, default_value_t = 1.5, value_parser = super::parse_secs)]
     pub secs: f64,
     /// Alternating rounds per throughput case; the median is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::usize_in(1, 1000))]
     pub rounds: usize,
-    /// Thread counts, comma separated (default: 1, 2 and the CPU count).
-    #[arg(long, value_delimiter = ',')]
+    /// Thread counts, comma separated (default: 1, 2 and the CPU count),
+    /// each 1..=1024.
+    #[arg(long, value_delimiter = ',', value_parser = super::parse_threads)]
     pub threads: Vec<usize>,
     /// Live order-0 slots each throughput thread keeps.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = super::usize_in(1, 1 << 16))]
     pub ring: usize,
     /// Device size of the fragmentation run, in 2 MiB clusters.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = super::usize_in(1, 1 << 20))]
     pub frag_clusters: usize,
     /// Fill level held in the fragmentation run.
     #[arg(long, default_value_t = 0.85)]
@@ -352,6 +353,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.fill > 0.0 && args.fill < 1.0) {
         bail!("--fill must be between 0 and 1, got {}", args.fill);
+    }
+    if !(0.0..=1.0).contains(&args.order4_share) {
+        bail!(
+            "--order4-share must be between 0 and 1, got {}",
+            args.order4_share
+        );
     }
     if args.secs <= 0.0 || args.rounds == 0 || args.ring == 0 || args.frag_clusters == 0 {
         bail!("--secs, --rounds, --ring and --frag-clusters must be positive");

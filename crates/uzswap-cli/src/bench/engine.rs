@@ -36,8 +36,8 @@ use uzswap::{LoadMode, Pattern, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Bytes of pages per compressor and pattern (K/M/G suffixes).
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    /// Bytes of pages per compressor and pattern (K/M/G suffixes), 4K to 64G.
+    #[arg(long, default_value = "256M", value_parser = parse_case_size)]
     pub size: u64,
     /// Compressors to run, comma separated ("zstd:3" etc. accepted).
     #[arg(long, value_delimiter = ',', default_value = "lz4,zstd,lzo,deflate")]
@@ -54,10 +54,10 @@ pub struct Args {
     pub folio: u64,
     /// Compressing threads of the cache for the per-case figures (counting
     /// the caller).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::parse_threads)]
     pub workers: usize,
     /// Threads for the batch 1 vs batch 32 comparison.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::parse_threads)]
     pub batch_workers: usize,
     /// Repeat every timed pass this many times and keep the best.
     #[arg(long, default_value_t = 1)]
@@ -149,12 +149,42 @@ struct Faults {
     failures: u64,
 }
 
-fn gen_pages(p: Pattern, npages: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; npages * PAGE_SIZE];
+/// Largest `--size`: a case holds its pages and a raw compressed stream as
+/// large, plus the pool, so this is already more memory than most machines
+/// these runs are on have.
+const MAX_CASE_BYTES: u64 = 64 << 30;
+
+/// `--size`: a size (`parse_size`) from one page to [`MAX_CASE_BYTES`].
+fn parse_case_size(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if !(PAGE_SIZE as u64..=MAX_CASE_BYTES).contains(&v) {
+        return Err(format!(
+            "{s} is out of range: from 4K to {}G per case",
+            MAX_CASE_BYTES >> 30
+        ));
+    }
+    Ok(v)
+}
+
+/// `len` bytes of `fill`, or an error where the memory cannot be had
+/// (`vec!` would abort the process).
+fn try_filled(len: usize, fill: u8, what: &str) -> anyhow::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .with_context(|| format!("cannot allocate {} MiB for {what}", len >> 20))?;
+    v.resize(len, fill);
+    Ok(v)
+}
+
+fn gen_pages(p: Pattern, npages: usize, seed: u64) -> anyhow::Result<Vec<u8>> {
+    let len = npages
+        .checked_mul(PAGE_SIZE)
+        .context("page count overflows")?;
+    let mut v = try_filled(len, 0, "the pages of a case")?;
     for (i, page) in v.chunks_exact_mut(PAGE_SIZE).enumerate() {
         p.fill(i as u64, seed, page);
     }
-    v
+    Ok(v)
 }
 
 /// Raw single-thread compress of folio `f`'s pages, each straight into its
@@ -315,7 +345,7 @@ fn run_case(
     faults: &mut Faults,
 ) -> anyhow::Result<Case> {
     let comp = compress::by_name(name)?;
-    let pages = gen_pages(pattern, npages, args.seed);
+    let pages = gen_pages(pattern, npages, args.seed)?;
     let folio_pages = 1usize << order;
     let folios = npages / folio_pages;
     let bound = comp.max_compressed_len(PAGE_SIZE);
@@ -325,7 +355,11 @@ fn run_case(
         folio_pages,
         bound,
         // Touched now (not zero-mapped), so no page fault lands in the timing.
-        stream: vec![0x55u8; npages * bound],
+        stream: try_filled(
+            npages.checked_mul(bound).context("stream size overflows")?,
+            0x55,
+            "the raw compressed stream",
+        )?,
         spans: vec![(0, 0); npages],
         buf: vec![0u8; folio_pages * PAGE_SIZE],
     };
@@ -389,7 +423,7 @@ fn run_case(
 }
 
 fn run_batch(args: &Args, order: u32, npages: usize, faults: &mut Faults) -> anyhow::Result<Batch> {
-    let pages = gen_pages(Pattern::Text, npages, args.seed);
+    let pages = gen_pages(Pattern::Text, npages, args.seed)?;
     let (mut b1, mut b32) = (0f64, 0f64);
     // Alternate the two so that machine noise hits both alike.
     for _ in 0..args.repeat.max(1) {
@@ -547,4 +581,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_size_is_bounded() {
+        assert_eq!(parse_case_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_case_size("64G"), Ok(64 << 30));
+        for bad in ["100T", "65G", "1", "0", "nan", "1e30"] {
+            assert!(parse_case_size(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn allocation_failure_is_an_error() {
+        // More than any address space: refused by the allocator, reported.
+        let e = try_filled(usize::MAX / 2, 0, "a test").unwrap_err();
+        assert!(e.to_string().contains("cannot allocate"), "{e}");
+    }
 }

@@ -1,4 +1,9 @@
-//! `uzswap bench ...`: one module per benchmark.
+//! `uzswap bench ...`: one module per benchmark, and the value parsers
+//! their arguments share. No shared state, no locks.
+//!
+//! Arguments are range-checked when parsed: a value no benchmark can run
+//! with (a NaN duration, a hundred thousand threads) is a clear usage
+//! error at once, not a panic or an abort halfway through a run.
 
 use clap::Subcommand;
 
@@ -25,5 +30,108 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Alloc(a) => alloc::run(a),
         BenchCmd::Shrinker(a) => shrinker::run(a),
         BenchCmd::Compare(a) => compare::run(a),
+    }
+}
+
+/// Longest `--secs` accepted: a benchmark case longer than an hour is a
+/// typo, and `Duration::from_secs_f64` panics on values past its range.
+pub const MAX_SECS: f64 = 3600.0;
+
+/// Most threads a benchmark may start: well above any machine these run on,
+/// far below where spawning fails (each thread has its own stack).
+pub const MAX_THREADS: usize = 1024;
+
+/// A duration in seconds: finite, above zero, at most [`MAX_SECS`].
+pub fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 || v > MAX_SECS {
+        return Err(format!(
+            "{s} seconds is out of range: must be above 0 and at most {MAX_SECS}"
+        ));
+    }
+    Ok(v)
+}
+
+/// A thread count, 1..=[`MAX_THREADS`].
+pub fn parse_threads(s: &str) -> Result<usize, String> {
+    let v: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a thread count"))?;
+    if !(1..=MAX_THREADS).contains(&v) {
+        return Err(format!("{v} threads is out of range 1..={MAX_THREADS}"));
+    }
+    Ok(v)
+}
+
+/// A count in `lo..=hi`, for `value_parser = usize_in(lo, hi)`.
+pub fn usize_in(
+    lo: usize,
+    hi: usize,
+) -> impl Fn(&str) -> Result<usize, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let v: usize = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}' is not a whole number"))?;
+        if !(lo..=hi).contains(&v) {
+            return Err(format!("{v} is out of range {lo}..={hi}"));
+        }
+        Ok(v)
+    }
+}
+
+/// A count in `lo..=hi`, for `value_parser = u64_in(lo, hi)`.
+pub fn u64_in(
+    lo: u64,
+    hi: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let v: u64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{s}' is not a whole number"))?;
+        if !(lo..=hi).contains(&v) {
+            return Err(format!("{v} is out of range {lo}..={hi}"));
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secs_must_be_finite_positive_and_bounded() {
+        assert_eq!(parse_secs("1.5"), Ok(1.5));
+        assert_eq!(parse_secs("3600"), Ok(3600.0));
+        for bad in [
+            "nan", "NaN", "inf", "-inf", "0", "-1", "3601", "1e300", "x", "",
+        ] {
+            assert!(parse_secs(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn counts_are_bounded() {
+        assert_eq!(usize_in(1, 10)("10"), Ok(10));
+        assert!(usize_in(1, 10)("0").is_err());
+        assert!(usize_in(1, 10)("11").is_err());
+        assert_eq!(u64_in(0, 100)("0"), Ok(0));
+        assert!(u64_in(1, 1 << 24)("18446744073709551615").is_err());
+        assert!(u64_in(1, 1 << 24)("18446744073709551616").is_err());
+    }
+
+    #[test]
+    fn threads_are_bounded() {
+        assert_eq!(parse_threads("1"), Ok(1));
+        assert_eq!(parse_threads("1024"), Ok(1024));
+        for bad in ["0", "1025", "100000", "-1", "18446744073709551616", "two"] {
+            assert!(parse_threads(bad).is_err(), "{bad} accepted");
+        }
     }
 }

@@ -25,20 +25,21 @@ use uzswap::{LoadMode, Pattern, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Hot set, in pages.
-    #[arg(long, default_value_t = 4096)]
+    /// Hot set, in pages (at most 2^24; hot and cold sets together at most
+    /// 2^26 pages).
+    #[arg(long, default_value_t = 4096, value_parser = super::u64_in(1, 1 << 24))]
     pub hot: u64,
-    /// Cold set size as a multiple of the hot set.
-    #[arg(long, default_value_t = 4)]
+    /// Cold set size as a multiple of the hot set (1..=1024).
+    #[arg(long, default_value_t = 4, value_parser = super::u64_in(1, 1024))]
     pub cold_factor: u64,
     /// Memory budget (resident + pool) as a percentage of the hot set.
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = 150, value_parser = super::u64_in(1, 100_000))]
     pub budget_percent: u64,
     /// Accesses after the cold set was touched, as a multiple of the hot set.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = super::u64_in(0, 1_000_000))]
     pub passes: u64,
     /// Percentage of those accesses that go to the cold set.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::u64_in(0, 100))]
     pub cold_percent: u64,
     /// Page content (see `usemem --pattern`).
     #[arg(long, default_value = "text")]
@@ -49,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     pub swap_dir: Option<std::path::PathBuf>,
     /// Pages in the device-format measurement.
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = super::u64_in(1, 1 << 24))]
     pub format_pages: u64,
     /// Print one JSON object with the figures as the last line of stdout.
     #[arg(long)]
@@ -97,10 +98,64 @@ impl Rng {
     }
 }
 
-fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<RunFigures> {
+/// Most pages, hot and cold, one run models: its per-page state is three
+/// bytes a page in memory, and its swap file as large as all of them.
+const MAX_TOTAL_PAGES: u64 = 1 << 26;
+
+/// The workload's sizes, from the arguments, with every product checked:
+/// they come from the command line, and an overflow would wrap into a
+/// small, wrong workload or a capacity overflow panic.
+#[derive(Debug, PartialEq, Eq)]
+struct Sizes {
+    hot: u64,
+    /// Hot and cold pages.
+    total: u64,
+    budget_bytes: u64,
+    /// Accesses of the steady state.
+    steps: u64,
+}
+
+fn sizes(args: &Args) -> anyhow::Result<Sizes> {
     let hot = args.hot;
-    let total = hot + hot * args.cold_factor;
-    let budget = hot * PAGE_SIZE as u64 * args.budget_percent / 100;
+    let total = hot
+        .checked_mul(args.cold_factor)
+        .and_then(|cold| cold.checked_add(hot))
+        .filter(|&t| t <= MAX_TOTAL_PAGES)
+        .with_context(|| {
+            format!(
+                "--hot {hot} with --cold-factor {}: more than {MAX_TOTAL_PAGES} pages in all",
+                args.cold_factor
+            )
+        })?;
+    let budget_bytes = hot
+        .checked_mul(PAGE_SIZE as u64)
+        .and_then(|b| b.checked_mul(args.budget_percent))
+        .map(|b| b / 100)
+        .with_context(|| {
+            format!(
+                "--budget-percent {} of {hot} pages overflows",
+                args.budget_percent
+            )
+        })?;
+    let steps = args
+        .passes
+        .checked_mul(hot)
+        .with_context(|| format!("--passes {} of {hot} pages overflows", args.passes))?;
+    Ok(Sizes {
+        hot,
+        total,
+        budget_bytes,
+        steps,
+    })
+}
+
+fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<RunFigures> {
+    let Sizes {
+        hot,
+        total,
+        budget_bytes: budget,
+        steps,
+    } = sizes(args)?;
     let z = Zswap::new(ZswapConfig {
         compressor: args.compressor.clone(),
         max_pool_bytes: budget / 100 * 90,
@@ -173,7 +228,7 @@ fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<Run
         access(i, &mut page)?;
     }
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    for _ in 0..args.passes * hot {
+    for _ in 0..steps {
         let r = rng.next();
         let i = if r % 100 < args.cold_percent {
             hot + (r >> 8) % (total - hot)
@@ -261,6 +316,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.cold_percent > 100 {
         anyhow::bail!("--cold-percent is at most 100");
     }
+    sizes(&args)?;
+    let dir = args.swap_dir.clone().unwrap_or_else(std::env::temp_dir);
+    if let Some(fs) = uzswap::swap::memory_backed_fs(&dir) {
+        eprintln!(
+            "uzswap: warning: swap directory {} is on {fs}, which keeps files in memory: \
+             pages written back there still take RAM (--swap-dir picks another)",
+            dir.display()
+        );
+    }
     let off = run_once(&args, pattern, false)?;
     let on = run_once(&args, pattern, true)?;
     let fmt_c = format_run(&args, pattern, true)?;
@@ -307,4 +371,54 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("shrinker").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn huge_sets_are_refused_at_parse_time() {
+        for argv in [
+            &["--hot", "18446744073709551615"][..],
+            &["--cold-factor", "18446744073709551615"],
+            &["--hot", "0"],
+            &["--cold-percent", "101"],
+            &["--budget-percent", "18446744073709551615"],
+            &["--passes", "18446744073709551615"],
+        ] {
+            assert!(parse(argv).is_err(), "{argv:?} accepted");
+        }
+    }
+
+    #[test]
+    fn sizes_are_checked() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(
+            sizes(&a).unwrap(),
+            Sizes {
+                hot: 4096,
+                total: 5 * 4096,
+                budget_bytes: 4096 * 4096 * 150 / 100,
+                steps: 20 * 4096,
+            }
+        );
+        // Each within its own range, too many pages together.
+        let a = parse(&["--hot", "16777216", "--cold-factor", "1024"]).unwrap();
+        let e = sizes(&a).unwrap_err().to_string();
+        assert!(e.contains("more than 67108864 pages"), "{e}");
+        let a = parse(&["--hot", "16777216", "--cold-factor", "3"]).unwrap();
+        assert_eq!(sizes(&a).unwrap().total, 1 << 26);
+    }
 }

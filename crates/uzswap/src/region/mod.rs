@@ -959,10 +959,13 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
         // rarely have to write back themselves.
         z.pool_share_bytes = z.pool_share_bytes.min(share / 8 * 7);
     }
+    if let Some(d) = &z.swap_device {
+        warn_memory_backed(&d.dir);
+    }
     match Zswap::new(z.clone()) {
-        Err(ZswapError::Swap(SwapError::DirectIoUnsupported { dir, source })) => {
+        Err(ZswapError::Swap(SwapError::DirectIoUnsupported { dir, cause })) => {
             eprintln!(
-                "uzswap: {} does not support O_DIRECT ({source}); the swap device \
+                "uzswap: {} does not support O_DIRECT ({cause}); the swap device \
                  goes through the page cache",
                 dir.display()
             );
@@ -972,6 +975,21 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
             Ok(Zswap::new(z)?)
         }
         r => Ok(r?),
+    }
+}
+
+/// Say on stderr when the swap device would live in memory (tmpfs, as /tmp
+/// often is, or ramfs): writeback there moves pages from the pool into RAM
+/// (or the kernel's own swap) and frees nothing, which would otherwise go
+/// unnoticed.
+fn warn_memory_backed(dir: &std::path::Path) {
+    if let Some(fs) = crate::swap::memory_backed_fs(dir) {
+        eprintln!(
+            "uzswap: warning: swap directory {} is on {fs}, which keeps files in memory: \
+             pages written back there still take RAM; use a directory on a disk \
+             filesystem",
+            dir.display()
+        );
     }
 }
 

@@ -77,14 +77,7 @@ pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), Regi
         Ok(fd) => (fd, OpenPath::DevUserfaultfd),
         Err(dev_err) => match open_syscall(flags) {
             Ok(fd) => (fd, OpenPath::SyscallUserMode),
-            Err(sys_err) => {
-                return Err(RegionError::Unavailable(format!(
-                    "/dev/userfaultfd: {dev_err}; userfaultfd(2): {sys_err}. Fix: give this user \
-                     read/write access to /dev/userfaultfd through a group (`sudo uzswap setup` \
-                     makes one, as `kvm` does for /dev/kvm), which also serves faults inside \
-                     system calls"
-                )))
-            }
+            Err(sys_err) => return Err(unavailable(&dev_err, &sys_err)),
         },
     };
     // SAFETY: `fd` is a freshly created descriptor that nothing else owns;
@@ -119,6 +112,24 @@ pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), Regi
     }
     let _ = UFFDIO_WRITEPROTECT_BIT; // checked per range at register time
     Ok((uffd, path))
+}
+
+/// Neither way to open a userfaultfd worked: say why, and how to grant
+/// access. The fix offered is access to `/dev/userfaultfd` for the users
+/// who need it, through a group, as the `kvm` group has `/dev/kvm`: the
+/// sysctl `vm.unprivileged_userfaultfd=1` would instead let every process on
+/// the machine stall kernel accesses to its memory for as long as it likes,
+/// a known aid to exploiting kernel races, and CAP_SYS_PTRACE would let this
+/// program trace any process of any user.
+fn unavailable(dev_err: &str, sys_err: &str) -> RegionError {
+    RegionError::Unavailable(format!(
+        "/dev/userfaultfd: {dev_err}; userfaultfd(2): {sys_err}. Fix: give the users who \
+         run uzswap read/write access to /dev/userfaultfd through a group, as the kvm \
+         group has /dev/kvm: groupadd --system userfaultfd; chgrp userfaultfd \
+         /dev/userfaultfd; chmod 0660 /dev/userfaultfd; usermod -aG userfaultfd USER \
+         (then log in again); a udev rule keeps it across reboots: \
+         KERNEL==\"userfaultfd\", GROUP=\"userfaultfd\", MODE=\"0660\""
+    ))
 }
 
 fn open_dev(flags: libc::c_int) -> Result<RawFd, String> {
@@ -221,5 +232,22 @@ pub unsafe fn copy(
             format!("UFFDIO_COPY at {dst:#x} ({len} bytes): {}", errstr(e)),
             done,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_suggests_the_device_not_the_sysctl() {
+        let msg = unavailable("EACCES", "EPERM").to_string();
+        assert!(msg.contains("/dev/userfaultfd: EACCES"), "{msg}");
+        assert!(msg.contains("userfaultfd(2): EPERM"), "{msg}");
+        assert!(msg.contains("chgrp userfaultfd /dev/userfaultfd"), "{msg}");
+        assert!(msg.contains("chmod 0660 /dev/userfaultfd"), "{msg}");
+        // The machine-wide switch must not be offered as a fix.
+        assert!(!msg.contains("unprivileged_userfaultfd=1"), "{msg}");
+        assert!(!msg.contains("CAP_SYS_PTRACE"), "{msg}");
     }
 }

@@ -1,0 +1,118 @@
+/*
+ * uzswap.h - the C ABI of uzswap (libuzswap.so / libuzswap.a).
+ *
+ * uzswap keeps memory under a budget by compressing cold pages: a program
+ * allocates regions from an instance (uzswap_region_new) and uses them as
+ * ordinary memory; uzswap stores pages the budget has no room for in a
+ * compressed pool (and writes the coldest back to a swap file) and brings
+ * them back on access, through userfaultfd.
+ *
+ * Errors: functions returning int return 0 on success and a negative
+ * errno-style code (UZSWAP_E*) on failure; uzswap_last_error() then gives
+ * the message of the calling thread's last failure. Null pointers and bad
+ * arguments are reported as errors, never crash.
+ *
+ * Lifetimes: regions and the instance may be freed in any order; a region
+ * keeps what it needs of its instance alive. A handle may be used from any
+ * thread, but freeing it while another thread still uses it is undefined.
+ *
+ * Link: -luzswap (shared), or libuzswap.a -lpthread -ldl -lm (static).
+ * SPDX-License-Identifier: GPL-2.0-only
+ */
+#ifndef UZSWAP_H
+#define UZSWAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes (negated errno values). */
+#define UZSWAP_OK 0
+#define UZSWAP_EIO (-5)            /* OS or swap device failure */
+#define UZSWAP_ENOMEM (-12)        /* out of memory */
+#define UZSWAP_EFAULT (-14)        /* a required pointer was NULL */
+#define UZSWAP_EINVAL (-22)        /* bad argument or setting */
+#define UZSWAP_ENOSYS (-38)        /* userfaultfd unavailable to this process */
+#define UZSWAP_E2BIG (-7)          /* config from a newer header sets fields this library lacks */
+#define UZSWAP_EINTERNAL (-131)    /* internal error (ENOTRECOVERABLE); see uzswap_last_error */
+
+/* How faults on region memory are resolved. */
+typedef enum uzswap_handler {
+    /* Handler threads sleeping in poll(2) (the default). Also resolves
+     * faults the kernel takes inside system calls (read(2) into a region). */
+    UZSWAP_HANDLER_BLOCK = 0,
+    /* No handler threads: the faulting thread resolves its own fault from a
+     * SIGBUS handler. Faster, but a system call touching a page that is not
+     * mapped fails with EFAULT, and SIGBUS is shared with the program. */
+    UZSWAP_HANDLER_SIGNAL = 1,
+} uzswap_handler_t;
+
+/* Instance settings. Always start from uzswap_config_default(), which sets
+ * `size`, so a program built against an older header keeps working with a
+ * newer library (fields added later take their defaults). */
+typedef struct uzswap_config {
+    size_t size;               /* sizeof(uzswap_config_t); set by uzswap_config_default */
+    uint64_t budget;           /* bytes of resident + compressed memory; 0 = no budget */
+    uint32_t folio_order;      /* chunk = 4 KiB << folio_order, 0..9 (default 4) */
+    uzswap_handler_t handler;  /* default UZSWAP_HANDLER_BLOCK */
+    const char *compressor;    /* "lz4", "lzo", "zstd", "zstd:3", "deflate"...; NULL = default (lz4) */
+    bool writeback;            /* write the coldest compressed pages to a swap file (default true) */
+    const char *writeback_dir; /* directory of the (unlinked) swap file; NULL = $TMPDIR, else /tmp */
+} uzswap_config_t;
+
+/* Advice for uzswap_advise. */
+#define UZSWAP_ADVICE_COLD 1     /* make the range the first candidate for eviction */
+#define UZSWAP_ADVICE_PAGEOUT 2  /* compress and evict the range now */
+#define UZSWAP_ADVICE_WILLNEED 3 /* bring the range back now, ahead of use */
+
+typedef struct uzswap uzswap_t;               /* an instance: budget, pool, fault handler */
+typedef struct uzswap_region uzswap_region_t; /* a region of memory under the budget */
+
+/* Fill *cfg with the defaults (and cfg->size). No effect if cfg is NULL. */
+void uzswap_config_default(uzswap_config_t *cfg);
+
+/* A new instance from *cfg (NULL: the defaults) in *out. On failure *out is
+ * set to NULL (when out is not NULL) and a negative code is returned. */
+int uzswap_new(const uzswap_config_t *cfg, uzswap_t **out);
+
+/* Stop and free an instance. Regions still alive keep working; the
+ * instance's threads stop when the last of them is freed. NULL: no-op. */
+void uzswap_destroy(uzswap_t *uz);
+
+/* A new region of at least len bytes (rounded up to whole chunks), reading
+ * as zeros until written, in *out. */
+int uzswap_region_new(uzswap_t *uz, size_t len, uzswap_region_t **out);
+
+/* The region's first byte (chunk-aligned); NULL if region is NULL. */
+void *uzswap_region_ptr(const uzswap_region_t *region);
+
+/* The region's length in bytes (the rounded-up length); 0 if region is NULL. */
+size_t uzswap_region_len(const uzswap_region_t *region);
+
+/* Unmap and free a region; its compressed pages are dropped. NULL: no-op. */
+void uzswap_region_free(uzswap_region_t *region);
+
+/* Hint about bytes [offset, offset + len) of the region (widened to whole
+ * chunks); advice is one of UZSWAP_ADVICE_*. */
+int uzswap_advise(uzswap_region_t *region, size_t offset, size_t len, int advice);
+
+/* The instance's figures as one NUL-terminated JSON object, allocated with
+ * malloc; free it with uzswap_string_free. NULL on failure. */
+char *uzswap_stats_json(const uzswap_t *uz);
+
+/* Free a string returned by this library. NULL: no-op. */
+void uzswap_string_free(char *s);
+
+/* The message of the calling thread's last failed call ("" if none). The
+ * pointer stays valid until the next failing call on this thread. */
+const char *uzswap_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UZSWAP_H */
