@@ -455,13 +455,21 @@ pub fn child_args(args: &Args, budget: u64) -> Vec<String> {
         "--folio".into(),
         args.folio.to_string(),
         "--access".into(),
-        match args.access {
-            crate::usemem::Access::Seq => "seq",
-            crate::usemem::Access::Skew => "skew",
-        }
-        .into(),
+        args.access.name().into(),
         "--json".into(),
     ];
+    if args.access == crate::usemem::Access::Random {
+        // The same operations as a uzswap run of these arguments.
+        if let Some(ops) = args.ops {
+            v.extend(["--ops".into(), ops.to_string()]);
+        }
+        v.extend([
+            "--zipf".into(),
+            args.zipf.to_string(),
+            "--write-percent".into(),
+            args.write_percent.to_string(),
+        ]);
+    }
     if args.verify {
         v.push("--verify".into());
     }
