@@ -772,3 +772,76 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random passes over two shares of plain memory from two workers, then
+    /// the final check: no false mismatch; one corrupted word is caught.
+    #[test]
+    fn random_passes_verify_and_the_final_check_catches_corruption() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: Args,
+        }
+        use clap::Parser;
+        let args = T::parse_from(["usemem", "--access", "random", "--verify"]).a;
+        const PAGES: usize = 64;
+        let mut mem = vec![0u64; PAGES * WORDS];
+        let base = mem.as_mut_ptr().cast::<u8>();
+        let shares = [
+            Share {
+                base,
+                pages: 40,
+                first: 0,
+            },
+            Share {
+                // SAFETY: page 40 of the 64-page buffer.
+                base: unsafe { base.add(40 * PAGE_SIZE) },
+                pages: 24,
+                first: 40,
+            },
+        ];
+        for s in &shares {
+            for i in 0..s.pages {
+                args.pattern.fill(s.first + i as u64, SEED, s.page(i));
+            }
+        }
+        let plan = RandomPlan {
+            zipf: Zipf::new(PAGES as u64, 0.99),
+            scatter: Scatter::new(PAGES as u64),
+            ops: 20_000,
+            max_v: 40_000,
+        };
+        let results: Vec<PassResult> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|w| {
+                    let (shares, plan, args) = (&shares, &plan, &args);
+                    s.spawn(move || run_random(shares, plan, 1, args, w))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().map(|r| r.mismatches).sum::<u64>(), 0);
+        assert_eq!(results.iter().map(|r| r.ops).sum::<u64>(), 40_000);
+        let writes: u64 = results.iter().map(|r| r.writes).sum();
+        assert!(
+            (6_000..10_000).contains(&writes),
+            "{writes} writes of 40000"
+        );
+        let check = |s: &Share| check_share(s, &args, plan.max_v);
+        assert_eq!(
+            check(&shares[0]).mismatches + check(&shares[1]).mismatches,
+            0
+        );
+        assert_eq!(check(&shares[1]).checked_words, 24 * WORDS as u64);
+        // One flipped bit in page 50 (the second share's page 10).
+        shares[1].word(10, 100).fetch_xor(1 << 20, Relaxed);
+        let r = check(&shares[1]);
+        assert_eq!((r.mismatches, r.first_bad.clone()), (1, vec![50]));
+        assert_eq!(check(&shares[0]).mismatches, 0);
+        drop(mem);
+    }
+}
