@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod kernel;
+mod random_access;
 mod usemem;
 
 #[derive(Parser)]

@@ -8,7 +8,11 @@
 //! cgroup, parsing the JSON line this prints last. So the JSON's top level is
 //! backend-independent; uzswap's own figures sit under "stats".
 
+use anyhow::bail;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
+
+use crate::random_access::{bump, word_ok, Scatter, Zipf};
 use uzswap::region::{Config, HandlerMode, Uzswap};
 use uzswap::{Pattern, PAGE_SIZE};
 
@@ -44,6 +48,20 @@ impl Backend {
 pub enum Access {
     Seq,
     Skew,
+    /// Every worker over the whole region: Zipf-chosen pages, 8-byte reads
+    /// and writes (see `crate::random_access`).
+    Random,
+}
+
+impl Access {
+    /// The name `--access` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Seq => "seq",
+            Access::Skew => "skew",
+            Access::Random => "random",
+        }
+    }
 }
 
 /// Parse a size with an optional K/M/G suffix (powers of 1024).
@@ -115,9 +133,23 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "uzswap")]
     pub backend: Backend,
     /// Read passes' access order: `seq` reads every page in order; `skew`
-    /// reads as many pages, 80% of them from a hot 20% of the working set.
+    /// reads as many pages, 80% of them from a hot 20% of the working set;
+    /// `random`: each worker does `--ops` 8-byte reads and writes at
+    /// Zipf-chosen pages of the whole working set (all workers share every
+    /// page), `--write-percent` of them writes.
     #[arg(long, value_enum, default_value = "seq")]
     pub access: Access,
+    /// `--access random`: operations per worker over all the passes after
+    /// the first (default: `passes - 1` times the working set's pages, so
+    /// the workers together touch it `workers` times over per pass).
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// `--access random`: the Zipf exponent of page choice (0: uniform).
+    #[arg(long, default_value_t = 0.99)]
+    pub zipf: f64,
+    /// `--access random`: percent of operations that write.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub write_percent: u32,
     /// Check every page read against the pattern; any mismatch fails the run.
     #[arg(long)]
     pub verify: bool,
@@ -188,7 +220,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// One worker's share of the working set.
+/// One worker's share of the working set (its region under uzswap); the
+/// fill pass writes each share from its own worker, random access reads and
+/// writes them all from every worker.
 struct Share {
     base: *mut u8,
     pages: usize,
@@ -196,7 +230,9 @@ struct Share {
     first: u64,
 }
 
-// SAFETY: a share is memory only its worker touches during a pass.
+// SAFETY: a share is memory only its worker touches during the fill and
+// seq/skew passes; random passes touch it from every worker, through atomic
+// words only.
 unsafe impl Send for Share {}
 // SAFETY: as above; the main thread only reads the pointer.
 unsafe impl Sync for Share {}
@@ -211,7 +247,21 @@ impl Share {
         // the passes; one worker touches a share at a time.
         unsafe { std::slice::from_raw_parts_mut(self.base.add(i * PAGE_SIZE), PAGE_SIZE) }
     }
+
+    /// Word `w` of page `i`, for random passes, where every worker may touch
+    /// it at once.
+    fn word(&self, i: usize, w: usize) -> &AtomicU64 {
+        assert!(i < self.pages && w < WORDS);
+        // SAFETY: the word lies inside this share's mapping, which outlives
+        // the passes, and is 8-byte aligned (the mapping is page-aligned);
+        // while random passes run, every access to the mapping goes through
+        // atomics like this one (no `page()` slice exists then).
+        unsafe { AtomicU64::from_ptr(self.base.add(i * PAGE_SIZE + w * 8).cast()) }
+    }
 }
+
+/// 8-byte words in a page.
+const WORDS: usize = PAGE_SIZE / 8;
 
 /// Plain anonymous mappings for `--backend none`.
 struct Plain {
@@ -240,7 +290,7 @@ fn map_plain(len: usize, folio: u64) -> anyhow::Result<usize> {
         )
     };
     if p == libc::MAP_FAILED {
-        anyhow::bail!("mmap {len}: {}", std::io::Error::last_os_error());
+        bail!("mmap {len}: {}", std::io::Error::last_os_error());
     }
     if folio > PAGE_SIZE as u64 {
         // Let the kernel back it with THP / mTHP where those are enabled, so
@@ -274,6 +324,120 @@ struct PassResult {
     mismatches: u64,
     first_bad: Vec<u64>,
     sink: u64,
+    /// Random passes: operations done, of them writes, and words checked.
+    ops: u64,
+    writes: u64,
+    checked_words: u64,
+}
+
+/// What a random pass needs besides the shares.
+struct RandomPlan {
+    zipf: Zipf,
+    scatter: Scatter,
+    /// Operations per worker in each random pass.
+    ops: u64,
+    /// The most versions any word can reach: every write of the run.
+    max_v: u32,
+}
+
+/// The share holding global page `g`, and the page's index in it.
+fn locate(shares: &[Share], g: u64) -> (&Share, usize) {
+    let s = shares.partition_point(|s| s.first <= g) - 1;
+    (&shares[s], (g - shares[s].first) as usize)
+}
+
+/// The pattern's content of page `g`, kept for the next operation: Zipf's
+/// hottest pages come back often enough for one entry to be worth keeping.
+struct Expected {
+    page: u64,
+    buf: Box<[u8; PAGE_SIZE]>,
+}
+
+impl Expected {
+    fn new() -> Expected {
+        Expected {
+            page: u64::MAX,
+            buf: Box::new([0; PAGE_SIZE]),
+        }
+    }
+
+    fn word(&mut self, pattern: uzswap::Pattern, g: u64, w: usize) -> u64 {
+        if self.page != g {
+            pattern.fill(g, SEED, &mut self.buf[..]);
+            self.page = g;
+        }
+        u64::from_ne_bytes(self.buf[w * 8..w * 8 + 8].try_into().unwrap())
+    }
+}
+
+/// One worker's operations of a random pass: Zipf-ranked pages scattered
+/// over the whole working set, an 8-byte read or write at a random word.
+/// With `--verify` every word read or written is checked to hold a valid
+/// version (see `crate::random_access`).
+fn run_random(
+    shares: &[Share],
+    plan: &RandomPlan,
+    pass: u32,
+    args: &Args,
+    worker: usize,
+) -> PassResult {
+    use rand::{Rng, SeedableRng};
+    let mut res = PassResult::default();
+    let mut rng =
+        rand::rngs::SmallRng::seed_from_u64(0x7a69_7066 ^ ((worker as u64) << 32 | pass as u64));
+    let mut exp = Expected::new();
+    for _ in 0..plan.ops {
+        let g = plan.scatter.map(plan.zipf.sample(&mut rng));
+        let w = rng.gen_range(0..WORDS);
+        let write = rng.gen_range(0..100) < args.write_percent;
+        let (share, i) = locate(shares, g);
+        let word = share.word(i, w);
+        let ok = if write {
+            res.writes += 1;
+            let pattern = args.verify.then(|| exp.word(args.pattern, g, w));
+            bump(word, g, w as u64, pattern, plan.max_v).is_ok()
+        } else {
+            let x = word.load(Relaxed);
+            res.sink = res.sink.wrapping_add(x);
+            !args.verify || word_ok(g, w as u64, x, exp.word(args.pattern, g, w), plan.max_v)
+        };
+        if args.verify {
+            res.checked_words += 1;
+        }
+        if !ok {
+            res.mismatches += 1;
+            if res.first_bad.len() < 4 {
+                res.first_bad.push(g);
+            }
+        }
+    }
+    res.ops = plan.ops;
+    res
+}
+
+/// After random passes: every word of the worker's own share must hold a
+/// valid version of itself.
+fn check_share(share: &Share, args: &Args, max_v: u32) -> PassResult {
+    let mut res = PassResult::default();
+    let mut exp = Expected::new();
+    for i in 0..share.pages {
+        let g = share.first + i as u64;
+        let bad = (0..WORDS)
+            .filter(|&w| {
+                let x = share.word(i, w).load(Relaxed);
+                !word_ok(g, w as u64, x, exp.word(args.pattern, g, w), max_v)
+            })
+            .count();
+        res.checked += 1;
+        res.checked_words += WORDS as u64;
+        if bad > 0 {
+            res.mismatches += 1;
+            if res.first_bad.len() < 4 {
+                res.first_bad.push(g);
+            }
+        }
+    }
+    res
 }
 
 fn run_pass(share: &Share, pass: u32, args: &Args, worker: usize) -> PassResult {
@@ -324,21 +488,40 @@ fn run_pass(share: &Share, pass: u32, args: &Args, worker: usize) -> PassResult 
 
 fn run_local(args: &Args) -> anyhow::Result<()> {
     if args.workers == 0 {
-        anyhow::bail!("--workers must be at least 1");
+        bail!("--workers must be at least 1");
     }
     if args.passes == 0 {
-        anyhow::bail!("--passes must be at least 1");
+        bail!("--passes must be at least 1");
     }
     if !args.folio.is_power_of_two() || !(PAGE_SIZE as u64..=2 << 20).contains(&args.folio) {
-        anyhow::bail!(
+        bail!(
             "--folio must be a power of two from 4K to 2M, got {}",
             args.folio
         );
     }
     let total_pages = (args.size / PAGE_SIZE as u64) as usize;
     if total_pages < args.workers {
-        anyhow::bail!("--size {} is less than a page per worker", args.size);
+        bail!("--size {} is less than a page per worker", args.size);
     }
+    let random = args.access == Access::Random;
+    if random && args.passes < 2 {
+        bail!("--access random needs --passes 2 or more: the first pass fills the working set");
+    }
+    if !(args.zipf >= 0.0 && args.zipf.is_finite()) {
+        bail!("--zipf must be a number >= 0, got {}", args.zipf);
+    }
+    let random_passes = u64::from(args.passes - 1);
+    // Per worker per random pass; --ops is per worker over all of them.
+    let ops_per_pass = args
+        .ops
+        .unwrap_or(random_passes * total_pages as u64)
+        .div_ceil(random_passes);
+    let plan = RandomPlan {
+        zipf: Zipf::new(total_pages as u64, args.zipf),
+        scatter: Scatter::new(total_pages as u64),
+        ops: ops_per_pass,
+        max_v: (ops_per_pass * random_passes * args.workers as u64).min(u32::MAX as u64) as u32,
+    };
     let budget = args.budget.unwrap_or(args.size / 2);
     let order = args.folio.trailing_zeros() - PAGE_SIZE.trailing_zeros();
 
@@ -418,47 +601,108 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
     let mut mismatches = 0u64;
     let mut first_bad = Vec::new();
     let mut sink = 0u64;
+    let (mut ops, mut writes, mut checked_words) = (0u64, 0u64, 0u64);
+    let mut absorb = |r: PassResult| {
+        checked += r.checked;
+        mismatches += r.mismatches;
+        sink = sink.wrapping_add(r.sink);
+        first_bad.extend(r.first_bad);
+        ops += r.ops;
+        writes += r.writes;
+        checked_words += r.checked_words;
+    };
+    let say = |line: String| {
+        if args.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     for pass in 0..args.passes {
         let tp = Instant::now();
+        let shares = &shares;
+        let plan = &plan;
         let results: Vec<PassResult> = std::thread::scope(|s| {
-            let hs: Vec<_> = shares
-                .iter()
-                .enumerate()
-                .map(|(w, sh)| s.spawn(move || run_pass(sh, pass, args, w)))
+            let hs: Vec<_> = (0..args.workers)
+                .map(|w| {
+                    s.spawn(move || {
+                        if random && pass > 0 {
+                            run_random(shares, plan, pass, args, w)
+                        } else {
+                            run_pass(&shares[w], pass, args, w)
+                        }
+                    })
+                })
                 .collect();
             hs.into_iter()
                 .map(|h| h.join().expect("worker panicked"))
                 .collect()
         });
         let secs = tp.elapsed().as_secs_f64();
-        for r in results {
-            checked += r.checked;
-            mismatches += r.mismatches;
-            sink = sink.wrapping_add(r.sink);
-            first_bad.extend(r.first_bad);
-        }
-        let mbps = (total_pages * PAGE_SIZE) as f64 / secs / 1e6;
-        let what = if pass == 0 { "write" } else { "read" };
-        if !args.json {
-            println!("pass {pass} ({what}): {secs:.3} s, {mbps:.1} MB/s");
+        let pass_ops: u64 = results.iter().map(|r| r.ops).sum();
+        results.into_iter().for_each(&mut absorb);
+        if random && pass > 0 {
+            let mbps = (pass_ops as usize * PAGE_SIZE) as f64 / secs / 1e6;
+            say(format!(
+                "pass {pass} (random): {secs:.3} s, {:.0} ops/s, {mbps:.1} MB/s-equivalent",
+                pass_ops as f64 / secs
+            ));
         } else {
-            eprintln!("pass {pass} ({what}): {secs:.3} s, {mbps:.1} MB/s");
+            let mbps = (total_pages * PAGE_SIZE) as f64 / secs / 1e6;
+            let what = if pass == 0 { "write" } else { "read" };
+            say(format!("pass {pass} ({what}): {secs:.3} s, {mbps:.1} MB/s"));
         }
         pass_secs.push(secs);
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let (u1, s1) = cpu_times();
+    // Random passes left words at many versions: check every word of every
+    // page once the writers are done (not timed into the throughput).
+    let mut verify_s = None;
+    if random && args.verify {
+        let tv = Instant::now();
+        let shares = &shares;
+        let results: Vec<PassResult> = std::thread::scope(|s| {
+            let hs: Vec<_> = shares
+                .iter()
+                .map(|sh| s.spawn(move || check_share(sh, args, plan.max_v)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("checker panicked"))
+                .collect()
+        });
+        results.into_iter().for_each(&mut absorb);
+        verify_s = Some(tv.elapsed().as_secs_f64());
+    }
     std::hint::black_box(sink);
 
     let bytes = (total_pages * PAGE_SIZE) as f64;
     let write_mbps = bytes / pass_secs[0] / 1e6;
     let read_secs: f64 = pass_secs[1..].iter().sum();
+    // Random passes count each operation as one page touched (MB/s
+    // equivalent), so their rows read on the same scale as the others.
+    let read_bytes = if random {
+        (ops as usize * PAGE_SIZE) as f64
+    } else {
+        bytes * (args.passes - 1) as f64
+    };
     let read_mbps = if args.passes > 1 {
-        bytes * (args.passes - 1) as f64 / read_secs / 1e6
+        read_bytes / read_secs / 1e6
     } else {
         0.0
     };
-    let throughput = bytes * args.passes as f64 / elapsed / 1e6;
+    let throughput = (bytes + read_bytes) / elapsed / 1e6;
+    let random_report = random.then(|| {
+        serde_json::json!({
+            "ops": ops,
+            "write_ops": writes,
+            "ops_per_s": ops as f64 / read_secs,
+            "zipf": args.zipf,
+            "write_percent": args.write_percent,
+            "ops_per_worker": plan.ops * random_passes,
+            "first_rank_probability": (total_pages <= 1 << 22).then(|| plan.zipf.p_first()),
+        })
+    });
     let (stats, peak) = match &uz {
         Some(uz) => {
             let st = uz.stats();
@@ -488,7 +732,9 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         "read_mbps": read_mbps,
         "user_s": u1 - u0,
         "sys_s": s1 - s0,
-        "verify": {"checked_pages": checked, "mismatches": mismatches},
+        "verify": {"checked_pages": checked, "mismatches": mismatches,
+            "checked_words": random.then_some(checked_words), "verify_s": verify_s},
+        "random": random_report,
         "peak_bytes": peak,
         "stats": stats,
         "command": command,
@@ -514,17 +760,104 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             s1 - s0,
             peak >> 20
         );
+        if let Some(r) = &random_report {
+            println!(
+                "random: {} ops ({} writes), {:.0} ops/s, zipf {}, all workers over every page",
+                ops,
+                writes,
+                r["ops_per_s"].as_f64().unwrap_or(0.0),
+                args.zipf
+            );
+        }
         if args.verify {
             println!("verify: {checked} pages checked, {mismatches} mismatches");
+            if random {
+                println!(
+                    "verify: {checked_words} words checked ({} in the final check of every word, {:.2} s)",
+                    checked * WORDS as u64,
+                    verify_s.unwrap_or(0.0)
+                );
+            }
         }
         if is_uz {
             println!("stats: {}", serde_json::to_string_pretty(&report["stats"])?);
         }
     }
     if mismatches > 0 {
-        anyhow::bail!(
-            "verify failed: {mismatches} of {checked} pages differ (first: pages {first_bad:?})"
-        );
+        bail!("verify failed: {mismatches} of {checked} pages differ (first: pages {first_bad:?})");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random passes over two shares of plain memory from two workers, then
+    /// the final check: no false mismatch; one corrupted word is caught.
+    #[test]
+    fn random_passes_verify_and_the_final_check_catches_corruption() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: Args,
+        }
+        use clap::Parser;
+        let args = T::parse_from(["usemem", "--access", "random", "--verify"]).a;
+        const PAGES: usize = 64;
+        let mut mem = vec![0u64; PAGES * WORDS];
+        let base = mem.as_mut_ptr().cast::<u8>();
+        let shares = [
+            Share {
+                base,
+                pages: 40,
+                first: 0,
+            },
+            Share {
+                // SAFETY: page 40 of the 64-page buffer.
+                base: unsafe { base.add(40 * PAGE_SIZE) },
+                pages: 24,
+                first: 40,
+            },
+        ];
+        for s in &shares {
+            for i in 0..s.pages {
+                args.pattern.fill(s.first + i as u64, SEED, s.page(i));
+            }
+        }
+        let plan = RandomPlan {
+            zipf: Zipf::new(PAGES as u64, 0.99),
+            scatter: Scatter::new(PAGES as u64),
+            ops: 20_000,
+            max_v: 40_000,
+        };
+        let results: Vec<PassResult> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|w| {
+                    let (shares, plan, args) = (&shares, &plan, &args);
+                    s.spawn(move || run_random(shares, plan, 1, args, w))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().map(|r| r.mismatches).sum::<u64>(), 0);
+        assert_eq!(results.iter().map(|r| r.ops).sum::<u64>(), 40_000);
+        let writes: u64 = results.iter().map(|r| r.writes).sum();
+        assert!(
+            (6_000..10_000).contains(&writes),
+            "{writes} writes of 40000"
+        );
+        let check = |s: &Share| check_share(s, &args, plan.max_v);
+        assert_eq!(
+            check(&shares[0]).mismatches + check(&shares[1]).mismatches,
+            0
+        );
+        assert_eq!(check(&shares[1]).checked_words, 24 * WORDS as u64);
+        // One flipped bit in page 50 (the second share's page 10).
+        shares[1].word(10, 100).fetch_xor(1 << 20, Relaxed);
+        let r = check(&shares[1]);
+        assert_eq!((r.mismatches, r.first_bad.clone()), (1, vec![50]));
+        assert_eq!(check(&shares[0]).mismatches, 0);
+        drop(mem);
+    }
 }

@@ -12,7 +12,14 @@
 //! with more memory than the budget; the equal-memory cell
 //! (`uzswap-lz4-eqmem`, run right after a pattern's kernel-zswap-lzo cell)
 //! gives uzswap that cell's real footprint as its budget, so the two can be
-//! compared at the same memory as well as at the same nominal budget.
+//! compared at the same memory as well as at the same nominal budget. Every
+//! other kernel cell gets one too (`uzswap-lz4-eqmem-<kernel backend>`, e.g.
+//! `uzswap-lz4-eqmem-zram-lz4`), and the targets are also computed against
+//! the best kernel backend of each row, whichever that is.
+//!
+//! Rows: one per data pattern with the skewed read pass, and the `random` row
+//! (`usemem --access random`: Zipf-chosen pages of the whole working set,
+//! shared by 4 workers, 8-byte reads and writes, 20% writes).
 //!
 //! The kernel cells need root; each restores the machine itself (see
 //! `crate::kernel`). Output: a markdown table and the target ratios on
@@ -63,11 +70,22 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub backends: Vec<String>,
-    /// Skip the equal-memory cell (uzswap-lz4 with the kernel-zswap-lzo
-    /// cell's real footprint as its budget) that otherwise follows each
-    /// pattern's kernel-zswap-lzo cell.
+    /// Skip the equal-memory cells (uzswap-lz4 with a kernel cell's real
+    /// footprint as its budget) that otherwise follow each kernel cell.
     #[arg(long)]
     pub no_eqmem: bool,
+    /// Leave out the `random` row (usemem `--access random`).
+    #[arg(long)]
+    pub no_random: bool,
+    /// The random row's data pattern (its fill pass is the usual write pass).
+    #[arg(long, default_value = "mixed")]
+    pub random_pattern: uzswap::Pattern,
+    /// The random row's worker threads, all sharing every page.
+    #[arg(long, default_value_t = 4)]
+    pub random_workers: usize,
+    /// The random row's Zipf exponent of page choice (0: uniform).
+    #[arg(long, default_value_t = 0.99)]
+    pub zipf: f64,
     /// How uzswap cells resolve faults (usemem's `--handler`): `signal`, in
     /// the faulting thread (usemem never hands region memory to a system
     /// call, which that mode cannot serve), or `block`, the library's
@@ -86,13 +104,64 @@ pub struct Args {
 pub const EQMEM_KERNEL: &str = "kernel-zswap-lzo";
 pub const EQMEM_LABEL: &str = "uzswap-lz4-eqmem";
 
-/// The equal-memory column: uzswap with lz4 (its budget set per pattern).
-pub fn eqmem_column() -> Column {
+/// The equal-memory column (uzswap with lz4, its budget set per row)
+/// matched to kernel column `kernel`: the existing
+/// `uzswap-lz4-eqmem` for kernel-zswap-lzo, `uzswap-lz4-eqmem-<kernel>` for
+/// the others.
+pub fn eqmem_column_for(kernel: &str) -> Column {
     Column {
-        label: EQMEM_LABEL.into(),
+        label: if kernel == EQMEM_KERNEL {
+            EQMEM_LABEL.into()
+        } else {
+            format!("{EQMEM_LABEL}-{kernel}")
+        },
         backend: "uzswap",
         compressor: "lz4".into(),
     }
+}
+
+/// The label of the random-access row (the data pattern's name otherwise).
+pub const RANDOM_ROW: &str = "random";
+
+/// A matrix row: a workload every column runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// What the tables call it: the pattern's name, or `random`.
+    pub label: String,
+    pub pattern: uzswap::Pattern,
+    pub access: crate::usemem::Access,
+    pub workers: usize,
+}
+
+/// The rows `a` asks for: each pattern with the skewed read pass, then the
+/// random-access row.
+pub fn rows(a: &Args) -> Vec<Row> {
+    let mut v: Vec<Row> = a
+        .patterns
+        .iter()
+        .map(|&p| Row {
+            label: p.name().into(),
+            pattern: p,
+            access: crate::usemem::Access::Skew,
+            workers: a.workers,
+        })
+        .collect();
+    if !a.no_random {
+        // A `random` data pattern row keeps its name; this one says what
+        // differs.
+        let label = if a.patterns.contains(&uzswap::Pattern::Random) {
+            "random-access"
+        } else {
+            RANDOM_ROW
+        };
+        v.push(Row {
+            label: label.into(),
+            pattern: a.random_pattern,
+            access: crate::usemem::Access::Random,
+            workers: a.random_workers,
+        });
+    }
+    v
 }
 
 /// A matrix column: the usemem backend and its compressor.
@@ -105,10 +174,10 @@ pub struct Column {
 
 pub fn parse_column(s: &str) -> Result<Column> {
     let s = s.trim();
-    if s.ends_with("-eqmem") {
+    if s.contains("-eqmem") {
         bail!(
             "'{s}': the equal-memory cell follows each {EQMEM_KERNEL} cell by itself \
-             (--no-eqmem turns it off); it is not a backend to name"
+             and each kernel cell (--no-eqmem turns them off); it is not a backend to name"
         );
     }
     let (backend, comp) = if s == "swapfile" {
@@ -164,6 +233,13 @@ pub struct Cell {
     /// With `--repeat`: the throughput of each round's run, in order (this
     /// cell is the median one).
     pub runs_mbps: Vec<f64>,
+    /// The row's workload: its data pattern, access order and workers
+    /// (`pattern` is the row's label: the data pattern, or `random`).
+    pub data_pattern: Option<String>,
+    pub access: Option<String>,
+    pub workers: Option<usize>,
+    /// The random row: operations per second of its random passes.
+    pub ops_per_s: Option<f64>,
 }
 
 /// One cell per position from `rounds` (each the same matrix, in the same
@@ -249,10 +325,15 @@ pub fn cell_from_json(pattern: &str, col: &Column, r: &Value, cpu_s: f64) -> Cel
         zswap_pool_charged: r["kernel"]["zswap_pool_charged"].as_bool(),
         eqmem_of: None,
         runs_mbps: Vec::new(),
+        data_pattern: r["pattern"].as_str().map(str::to_owned),
+        access: r["access"].as_str().map(str::to_owned),
+        workers: num(r, &["workers"]).map(|w| w as usize),
+        ops_per_s: num(r, &["random", "ops_per_s"]),
     }
 }
 
-fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column, budget: u64) -> Vec<String> {
+fn cell_args(a: &Args, row: &Row, col: &Column, budget: u64) -> Vec<String> {
+    let pattern = row.pattern;
     let mut v: Vec<String> = [
         "usemem",
         "--backend",
@@ -266,15 +347,21 @@ fn cell_args(a: &Args, pattern: uzswap::Pattern, col: &Column, budget: u64) -> V
     .map(|s| s.to_string())
     .collect();
     for (k, val) in [
-        ("--workers", a.workers.to_string()),
+        ("--workers", row.workers.to_string()),
         ("--size", a.size.to_string()),
         ("--budget", budget.to_string()),
         ("--folio", a.folio.to_string()),
         ("--passes", "2".into()),
-        ("--access", "skew".into()),
+        ("--access", row.access.name().into()),
     ] {
         v.push(k.into());
         v.push(val);
+    }
+    if row.access == crate::usemem::Access::Random {
+        // Operations default to the working set's pages per worker; the
+        // write share is usemem's (20%).
+        v.push("--zipf".into());
+        v.push(a.zipf.to_string());
     }
     if col.backend == "uzswap" {
         v.push("--handler".into());
@@ -425,6 +512,150 @@ pub fn targets(cells: &[Cell], budget: u64) -> Vec<Value> {
     t
 }
 
+/// Whether a cell's backend is one of the kernel's (not a uzswap cell).
+fn is_kernel(backend: &str) -> bool {
+    !backend.starts_with("uzswap-")
+}
+
+/// The equal-memory cells, one per kernel cell that had one: the kernel
+/// cell's figures, the budget uzswap-lz4 was given (that cell's footprint),
+/// and uzswap's throughput over the kernel's at that memory.
+pub fn eqmem_pairs(cells: &[Cell]) -> Vec<Value> {
+    cells
+        .iter()
+        .filter_map(|e| {
+            let of = e.eqmem_of.as_deref()?;
+            let k = cells
+                .iter()
+                .find(|k| k.pattern == e.pattern && k.backend == of)?;
+            let ratio = (e.ok && k.ok).then(|| e.throughput_mbps / k.throughput_mbps.max(1e-9));
+            Some(json!({
+                "pattern": e.pattern, "kernel": of, "kernel_mbps": k.throughput_mbps,
+                "kernel_ok": k.ok, "kernel_footprint_bytes": k.peak_bytes,
+                "kernel_cgroup_max_usage_bytes": k.cgroup_max_usage_bytes,
+                "eqmem": e.backend, "eqmem_ok": e.ok, "eqmem_budget_bytes": e.budget_bytes,
+                "eqmem_mbps": e.ok.then_some(e.throughput_mbps),
+                "eqmem_peak_bytes": e.peak_bytes, "value": ratio,
+                "error": e.error,
+            }))
+        })
+        .collect()
+}
+
+/// Per row, the kernel cell with the highest throughput, and each uzswap
+/// cell's throughput over it: uzswap-lzo and uzswap-lz4 at the nominal
+/// budget, and the equal-memory cell matched to that kernel cell (`eqmem`).
+pub fn best_kernel(cells: &[Cell]) -> Vec<Value> {
+    let mut rows: Vec<&str> = Vec::new();
+    for c in cells {
+        if !rows.contains(&c.pattern.as_str()) {
+            rows.push(&c.pattern);
+        }
+    }
+    rows.into_iter()
+        .filter_map(|p| {
+            let best = cells
+                .iter()
+                .filter(|c| c.pattern == p && c.ok && is_kernel(&c.backend))
+                .max_by(|a, b| a.throughput_mbps.total_cmp(&b.throughput_mbps))?;
+            let eq_label = eqmem_column_for(&best.backend).label;
+            let ratios: Vec<Value> = cells
+                .iter()
+                .filter(|c| c.pattern == p && c.ok && !is_kernel(&c.backend))
+                .filter(|c| c.eqmem_of.is_none() || c.backend == eq_label)
+                .map(|c| {
+                    json!({"backend": c.backend,
+                        "memory": if c.eqmem_of.is_some() { "equal memory" } else { "nominal budget" },
+                        "budget_bytes": c.budget_bytes,
+                        "value": c.throughput_mbps / best.throughput_mbps.max(1e-9),
+                        // The random row's MB/s includes its fill pass; its
+                        // random passes alone, as operations per second.
+                        "ops_value": c.ops_per_s.zip(best.ops_per_s).map(|(u, k)| u / k.max(1e-9))})
+                })
+                .collect();
+            Some(json!({
+                "pattern": p, "best_kernel": best.backend, "best_kernel_mbps": best.throughput_mbps,
+                "best_kernel_footprint_bytes": best.peak_bytes, "eqmem": eq_label, "ratios": ratios,
+            }))
+        })
+        .collect()
+}
+
+/// The targets against the best kernel backend of each row and against each
+/// kernel cell at equal memory: uzswap at least as fast (ratio >= 1).
+pub fn best_kernel_targets(cells: &[Cell]) -> Vec<Value> {
+    let mut t = Vec::new();
+    for b in best_kernel(cells) {
+        let best = b["best_kernel"].as_str().unwrap_or("");
+        for r in b["ratios"].as_array().into_iter().flatten() {
+            let v = r["value"].as_f64().unwrap_or(0.0);
+            t.push(json!({
+                "target": format!("{} throughput / best kernel ({best}) >= 1",
+                    r["backend"].as_str().unwrap_or("")),
+                "pattern": b["pattern"], "value": v, "met": v >= 1.0, "memory": r["memory"],
+                "budget_bytes": r["budget_bytes"], "versus": best,
+            }));
+        }
+    }
+    for e in eqmem_pairs(cells) {
+        let kernel = e["kernel"].as_str().unwrap_or("");
+        // kernel-zswap-lzo's equal-memory target is the 1.5x one above.
+        let Some(v) = e["value"].as_f64().filter(|_| kernel != EQMEM_KERNEL) else {
+            continue;
+        };
+        t.push(json!({
+            "target": format!("{} throughput / {kernel} >= 1", e["eqmem"].as_str().unwrap_or("")),
+            "pattern": e["pattern"], "value": v, "met": v >= 1.0, "memory": "equal memory",
+            "budget_bytes": e["eqmem_budget_bytes"], "versus": kernel,
+        }));
+    }
+    t
+}
+
+/// The best-kernel and equal-memory tables, in markdown.
+pub fn best_kernel_markdown(cells: &[Cell]) -> String {
+    let mut s = String::from(
+        "| row | best kernel | MB/s | uzswap-lzo | uzswap-lz4 | uzswap-lz4 at its memory |\n\
+         |---|---|---:|---:|---:|---:|\n",
+    );
+    for b in best_kernel(cells) {
+        let ratio = |f: &dyn Fn(&Value) -> bool| {
+            b["ratios"]
+                .as_array()
+                .and_then(|r| r.iter().find(|x| f(x)))
+                .and_then(|x| x["value"].as_f64())
+                .map_or("-".into(), |v| format!("{v:.2}x"))
+        };
+        s += &format!(
+            "| {} | {} | {:.0} | {} | {} | {} |\n",
+            b["pattern"].as_str().unwrap_or(""),
+            b["best_kernel"].as_str().unwrap_or(""),
+            b["best_kernel_mbps"].as_f64().unwrap_or(0.0),
+            ratio(&|x| x["backend"] == "uzswap-lzo"),
+            ratio(&|x| x["backend"] == "uzswap-lz4"),
+            ratio(&|x| x["memory"] == "equal memory"),
+        );
+    }
+    s += "\n| row | kernel | MB/s | footprint MiB | uzswap-lz4 at that memory, MB/s | ratio |\n\
+          |---|---|---:|---:|---:|---:|\n";
+    for e in eqmem_pairs(cells) {
+        s += &format!(
+            "| {} | {} | {:.0} | {} | {} | {} |\n",
+            e["pattern"].as_str().unwrap_or(""),
+            e["kernel"].as_str().unwrap_or(""),
+            e["kernel_mbps"].as_f64().unwrap_or(0.0),
+            opt(e["kernel_footprint_bytes"].as_f64().map(|b| b / MIB), 0),
+            e["eqmem_mbps"]
+                .as_f64()
+                .map_or_else(|| "failed".into(), |v| format!("{v:.0}")),
+            e["value"]
+                .as_f64()
+                .map_or("-".into(), |v| format!("{v:.2}x")),
+        );
+    }
+    s
+}
+
 /// Each kernel cell's real footprint over the budget it was given (not a
 /// target: it shows how much memory the kernel really ran with), with a line
 /// saying what was added to the cgroup's figure.
@@ -557,8 +788,10 @@ pub fn run(a: Args) -> Result<()> {
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ");
-    let eqmem = !a.no_eqmem && cols.iter().any(|c| c.label == EQMEM_KERNEL);
-    let per_round = a.patterns.len() * (cols.len() + usize::from(eqmem));
+    let rows = rows(&a);
+    let eqmem = !a.no_eqmem && cols.iter().any(|c| is_kernel(&c.label));
+    let n_kernel = cols.iter().filter(|c| is_kernel(&c.label)).count();
+    let per_round = rows.len() * (cols.len() + if eqmem { n_kernel } else { 0 });
     let total = per_round * a.repeat as usize;
     let bar = indicatif::ProgressBar::new(total as u64);
     bar.set_style(
@@ -568,13 +801,13 @@ pub fn run(a: Args) -> Result<()> {
     );
     let t0 = Instant::now();
     let mut rounds = Vec::with_capacity(a.repeat as usize);
-    let run_one = |p: uzswap::Pattern, col: &Column, budget: u64| {
-        bar.set_message(format!("{} / {}", p.name(), col.label));
+    let run_one = |row: &Row, col: &Column, budget: u64| {
+        bar.set_message(format!("{} / {}", row.label, col.label));
         let t = Instant::now();
-        let mut cell = match run_cell(&cell_args(&a, p, col, budget)) {
-            Ok((r, cpu)) => cell_from_json(p.name(), col, &r, cpu),
+        let mut cell = match run_cell(&cell_args(&a, row, col, budget)) {
+            Ok((r, cpu)) => cell_from_json(&row.label, col, &r, cpu),
             Err(e) => Cell {
-                pattern: p.name().into(),
+                pattern: row.label.clone(),
                 backend: col.label.clone(),
                 error: Some(format!("{e:#}")),
                 ..Default::default()
@@ -583,30 +816,31 @@ pub fn run(a: Args) -> Result<()> {
         cell.budget_bytes = budget;
         cell.wall_s = t.elapsed().as_secs_f64();
         if let Some(e) = &cell.error {
-            bar.println(format!("{} / {}: {e}", p.name(), col.label));
+            bar.println(format!("{} / {}: {e}", row.label, col.label));
         }
         bar.inc(1);
         cell
     };
     for _ in 0..a.repeat {
         let mut cells = Vec::with_capacity(per_round);
-        for &p in &a.patterns {
+        for row in &rows {
             for col in &cols {
-                let cell = run_one(p, col, a.budget);
-                let matched = (eqmem && col.label == EQMEM_KERNEL).then(|| eqmem_budget(&cell));
+                let cell = run_one(row, col, a.budget);
+                let matched = (eqmem && is_kernel(&col.label)).then(|| eqmem_budget(&cell));
                 cells.push(cell);
                 // The equal-memory cell right after the kernel cell it matches.
+                let eq_col = eqmem_column_for(&col.label);
                 let mut eq = match matched {
                     None => continue,
-                    Some(Ok(budget)) => run_one(p, &eqmem_column(), budget),
+                    Some(Ok(budget)) => run_one(row, &eq_col, budget),
                     Some(Err(e)) => Cell {
-                        pattern: p.name().into(),
-                        backend: EQMEM_LABEL.into(),
+                        pattern: row.label.clone(),
+                        backend: eq_col.label.clone(),
                         error: Some(e),
                         ..Default::default()
                     },
                 };
-                eq.eqmem_of = Some(EQMEM_KERNEL.into());
+                eq.eqmem_of = Some(col.label.clone());
                 cells.push(eq);
             }
         }
@@ -617,14 +851,28 @@ pub fn run(a: Args) -> Result<()> {
     let wall = t0.elapsed().as_secs_f64();
 
     let t = targets(&cells, a.budget);
+    let bt = best_kernel_targets(&cells);
+    let best = best_kernel(&cells);
+    let pairs = eqmem_pairs(&cells);
     let fp = footprints(&cells);
     println!("{}", markdown(&cells));
     println!(
-        "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified), uzswap faults resolved by: {}; {}{:.0} s in all\n",
+        "working set {} MiB, budget {} MiB, {} workers, folio {} KiB, 2 passes (write; skewed read, verified){}, uzswap faults resolved by: {}; {}{:.0} s in all\n",
         a.size >> 20,
         a.budget >> 20,
         a.workers,
         a.folio >> 10,
+        if a.no_random {
+            String::new()
+        } else {
+            format!(
+                "; random row: {} pattern, {} workers sharing every page, Zipf {} page choice, \
+                 8-byte reads and 20% writes, MB/s counting each operation as a page",
+                a.random_pattern.name(),
+                a.random_workers,
+                a.zipf
+            )
+        },
         handler_name(a.uzswap_handler),
         if a.repeat > 1 {
             format!("median of {} rounds per cell; ", a.repeat)
@@ -633,7 +881,7 @@ pub fn run(a: Args) -> Result<()> {
         },
         wall
     );
-    for x in &t {
+    for x in t.iter().chain(&bt) {
         println!(
             "- {} on {}: {:.2} ({}{})",
             x["target"].as_str().unwrap_or(""),
@@ -653,6 +901,12 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
     }
+    if !best.is_empty() {
+        println!(
+            "\nagainst the best kernel backend of each row, and each kernel cell at its own memory:\n\n{}",
+            best_kernel_markdown(&cells)
+        );
+    }
     if !fp.is_empty() {
         println!("\nkernel cells' real memory (cgroup + what it was not charged for) / budget:");
     }
@@ -660,15 +914,15 @@ pub fn run(a: Args) -> Result<()> {
         println!("- {}", x["line"].as_str().unwrap_or(""));
     }
     if let Some(path) = &a.plot {
-        let mut cols = cols.clone();
-        if eqmem {
-            let at = cols
-                .iter()
-                .position(|c| c.label == EQMEM_KERNEL)
-                .map_or(cols.len(), |i| i + 1);
-            cols.insert(at, eqmem_column());
+        let mut plot_cols = Vec::new();
+        for c in &cols {
+            plot_cols.push(c.clone());
+            if eqmem && is_kernel(&c.label) {
+                plot_cols.push(eqmem_column_for(&c.label));
+            }
         }
-        plot(path, &cells, &a.patterns, &cols)
+        let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
+        plot(path, &cells, &labels, &plot_cols, a.budget)
             .with_context(|| format!("draw {}", path.display()))?;
         println!("\nplot: {}", path.display());
     }
@@ -689,8 +943,14 @@ pub fn run(a: Args) -> Result<()> {
                 "wall_s": wall,
                 "cells": cells,
                 "targets": t,
+                "best_kernel_targets": bt,
+                "best_kernel": best,
+                "eqmem_cells": pairs,
                 "kernel_footprints": fp,
                 "eqmem": eqmem,
+                "rows": rows.iter().map(|r| json!({"label": r.label, "pattern": r.pattern.name(),
+                    "access": r.access.name(), "workers": r.workers})).collect::<Vec<_>>(),
+                "zipf": (!a.no_random).then_some(a.zipf),
                 "failed_cells": failed,
             })
         );
@@ -704,13 +964,16 @@ pub fn run(a: Args) -> Result<()> {
 /// A figure drawn from a cell, if it has one.
 type Metric = fn(&Cell) -> Option<f64>;
 
-/// Two panels (throughput MB/s; CPU s per GiB moved out), bars grouped by
-/// pattern, one colour per backend.
+/// Three panels (throughput MB/s; CPU s per GiB moved out; peak memory),
+/// bars grouped by row, one colour per backend. The memory panel shows what
+/// each bar really used, so the equal-memory cells and the kernel cells'
+/// overshoot of the nominal budget (the black line) are seen, not inferred.
 fn plot(
     path: &std::path::Path,
     cells: &[Cell],
-    patterns: &[uzswap::Pattern],
+    rows: &[String],
     cols: &[Column],
+    budget: u64,
 ) -> Result<()> {
     use plotters::prelude::*;
     const COLORS: [RGBColor; 8] = [
@@ -723,27 +986,35 @@ fn plot(
         RGBColor(148, 103, 189),
         RGBColor(140, 86, 75),
     ];
-    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
+    let root = BitMapBackend::new(path, (2100, 600)).into_drawing_area();
     root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 2));
+    let panels = root.split_evenly((1, 3));
     let nb = cols.len();
     let group = nb as f64 + 1.0;
-    let metrics: [(&str, Metric); 2] = [
+    let metrics: [(&str, Metric); 3] = [
         ("throughput, MB/s (higher is better)", |c| {
             (c.ok || c.verify_checked_pages > 0).then_some(c.throughput_mbps)
         }),
         ("CPU seconds per GiB moved out (lower is better)", |c| {
             c.cpu_s_per_gib_out
         }),
+        // uzswap: peak resident + pool; kernel: cgroup peak + the pool or
+        // device memory the cgroup was not charged for (`peak_bytes` both).
+        (
+            "peak memory, MiB (resident + pool; cgroup + uncharged)",
+            |c| c.peak_bytes.map(|b| b as f64 / MIB),
+        ),
     ];
-    for (area, (title, metric)) in panels.iter().zip(metrics) {
+    for (panel, (area, (title, metric))) in panels.iter().zip(metrics).enumerate() {
+        let memory_panel = panel == 2;
+        let budget_mib = budget as f64 / MIB;
         let ymax = cells
             .iter()
             .filter_map(metric)
-            .fold(0.0f64, f64::max)
+            .fold(if memory_panel { budget_mib } else { 0.0f64 }, f64::max)
             .max(1e-6)
             * 1.45; // headroom for the legend
-        let xmax = patterns.len() as f64 * group;
+        let xmax = rows.len() as f64 * group;
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 20))
             .margin(12)
@@ -760,13 +1031,13 @@ fn plot(
             .draw()?;
         for (bi, col) in cols.iter().enumerate() {
             let color = COLORS[bi % COLORS.len()];
-            let bars: Vec<(f64, f64)> = patterns
+            let bars: Vec<(f64, f64)> = rows
                 .iter()
                 .enumerate()
                 .filter_map(|(pi, p)| {
                     let c = cells
                         .iter()
-                        .find(|c| c.pattern == p.name() && c.backend == col.label)?;
+                        .find(|c| &c.pattern == p && c.backend == col.label)?;
                     Some((pi as f64 * group + 0.5 + bi as f64, metric(c)?))
                 })
                 .collect();
@@ -793,14 +1064,23 @@ fn plot(
                 )
             }))?;
         }
-        // Pattern names under each group, in pixel coordinates.
-        for (pi, p) in patterns.iter().enumerate() {
+        if memory_panel {
+            chart
+                .draw_series(LineSeries::new(
+                    [(0.0, budget_mib), (xmax, budget_mib)],
+                    BLACK.stroke_width(1),
+                ))?
+                .label(format!("nominal budget {budget_mib:.0} MiB"))
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK));
+        }
+        // Row names under each group, in pixel coordinates.
+        for (pi, p) in rows.iter().enumerate() {
             let (px, py) = chart.backend_coord(&(pi as f64 * group + group / 2.0, 0.0));
             let (ox, oy) = area.get_base_pixel();
             area.draw_text(
-                p.name(),
+                p,
                 &("sans-serif", 16).into_text_style(area),
-                (px - ox - 4 * p.name().len() as i32, py - oy + 8),
+                (px - ox - 4 * p.len() as i32, py - oy + 8),
             )?;
         }
         chart
@@ -996,6 +1276,121 @@ mod tests {
         k.zswap_pool_charged = Some(true);
         let fp = footprints(&[k]);
         assert!(fp[0]["line"].as_str().unwrap().contains("(v2)"));
+    }
+
+    #[test]
+    fn default_rows_add_the_random_row() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: Args,
+        }
+        use clap::Parser;
+        let r = rows(&T::parse_from(["compare"]).a);
+        let labels: Vec<&str> = r.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, ["index", "text", "mixed", RANDOM_ROW]);
+        let random = r.last().unwrap();
+        assert_eq!(random.access, crate::usemem::Access::Random);
+        assert_eq!(
+            (random.pattern, random.workers),
+            (uzswap::Pattern::Mixed, 4)
+        );
+        let a = T::parse_from(["compare", "--no-random"]).a;
+        assert_eq!(rows(&a).len(), 3);
+        // A `random` data pattern keeps its name; the access row says so.
+        let a = T::parse_from(["compare", "--patterns", "random"]).a;
+        let l: Vec<String> = rows(&a).into_iter().map(|r| r.label).collect();
+        assert_eq!(l, ["random", "random-access"]);
+        let args = cell_args(
+            &a,
+            &rows(&a)[1],
+            &parse_column("zram-lz4").unwrap(),
+            1 << 20,
+        );
+        let at = |k: &str| args[args.iter().position(|x| x == k).unwrap() + 1].clone();
+        assert_eq!(
+            (at("--access"), at("--workers")),
+            ("random".into(), "4".into())
+        );
+        assert_eq!(at("--zipf"), "0.99");
+    }
+
+    #[test]
+    fn equal_memory_cells_for_every_kernel_cell_and_the_best_kernel() {
+        assert_eq!(eqmem_column_for(EQMEM_KERNEL).label, EQMEM_LABEL);
+        let z = eqmem_column_for("zram-lz4");
+        assert_eq!(
+            (z.label.as_str(), z.backend),
+            ("uzswap-lz4-eqmem-zram-lz4", "uzswap")
+        );
+        assert!(
+            parse_column(&z.label).is_err(),
+            "added by itself, not named"
+        );
+        let mk = |b: &str, mbps: f64, peak: u64, of: Option<&str>| Cell {
+            pattern: RANDOM_ROW.into(),
+            backend: b.into(),
+            ok: true,
+            throughput_mbps: mbps,
+            peak_bytes: Some(peak),
+            budget_bytes: 500,
+            eqmem_of: of.map(Into::into),
+            ..Default::default()
+        };
+        let mut cells = vec![
+            mk("uzswap-lz4", 60.0, 490, None),
+            mk(EQMEM_KERNEL, 100.0, 720, None),
+            mk(EQMEM_LABEL, 160.0, 700, Some(EQMEM_KERNEL)),
+            mk("zram-lz4", 200.0, 780, None),
+            mk("uzswap-lz4-eqmem-zram-lz4", 180.0, 770, Some("zram-lz4")),
+        ];
+        cells[4].budget_bytes = 780;
+        let b = best_kernel(&cells);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0]["best_kernel"], "zram-lz4");
+        let r = b[0]["ratios"].as_array().unwrap();
+        // uzswap-lz4 at the nominal budget and the cell at zram's memory;
+        // not the one matched to the slower kernel cell.
+        assert_eq!(r.len(), 2);
+        assert!((r[0]["value"].as_f64().unwrap() - 0.3).abs() < 1e-9);
+        assert_eq!(r[1]["memory"], "equal memory");
+        assert!((r[1]["value"].as_f64().unwrap() - 0.9).abs() < 1e-9);
+        assert_eq!(r[1]["ops_value"], Value::Null, "no ops/s figures given");
+        let p = eqmem_pairs(&cells);
+        assert_eq!(p.len(), 2, "one per kernel cell");
+        assert_eq!(p[1]["kernel"], "zram-lz4");
+        assert_eq!(p[1]["eqmem_budget_bytes"], 780);
+        assert_eq!(p[1]["kernel_footprint_bytes"], 780);
+        let t = best_kernel_targets(&cells);
+        let met = |s: &str| {
+            t.iter()
+                .find(|x| x["target"].as_str().unwrap().starts_with(s))
+                .unwrap_or_else(|| panic!("no target {s}"))["met"]
+                .clone()
+        };
+        assert_eq!(met("uzswap-lz4 throughput / best kernel (zram-lz4)"), false);
+        assert_eq!(
+            met("uzswap-lz4-eqmem-zram-lz4 throughput / best kernel"),
+            false
+        );
+        assert_eq!(
+            met("uzswap-lz4-eqmem-zram-lz4 throughput / zram-lz4"),
+            false
+        );
+        // kernel-zswap-lzo's equal-memory target stays the 1.5x one.
+        assert!(!t.iter().any(|x| x["versus"] == EQMEM_KERNEL));
+        let md = best_kernel_markdown(&cells);
+        assert!(
+            md.contains("| random | zram-lz4 | 200 | - | 0.30x | 0.90x |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| random | zram-lz4 | 200 | 0 | 180 | 0.90x |"),
+            "{md}"
+        );
+        // A failed kernel cell is never the best one.
+        cells[3].ok = false;
+        assert_eq!(best_kernel(&cells)[0]["best_kernel"], EQMEM_KERNEL);
     }
 
     #[test]

@@ -455,13 +455,21 @@ pub fn child_args(args: &Args, budget: u64) -> Vec<String> {
         "--folio".into(),
         args.folio.to_string(),
         "--access".into(),
-        match args.access {
-            crate::usemem::Access::Seq => "seq",
-            crate::usemem::Access::Skew => "skew",
-        }
-        .into(),
+        args.access.name().into(),
         "--json".into(),
     ];
+    if args.access == crate::usemem::Access::Random {
+        // The same operations as a uzswap run of these arguments.
+        if let Some(ops) = args.ops {
+            v.extend(["--ops".into(), ops.to_string()]);
+        }
+        v.extend([
+            "--zipf".into(),
+            args.zipf.to_string(),
+            "--write-percent".into(),
+            args.write_percent.to_string(),
+        ]);
+    }
     if args.verify {
         v.push("--verify".into());
     }
@@ -822,6 +830,15 @@ fn print_report(r: &Value, json_line: bool) {
         f("user_s").as_f64().unwrap_or(f64::NAN),
         f("sys_s").as_f64().unwrap_or(f64::NAN)
     );
+    if let Some(rnd) = r.get("random").filter(|v| v.is_object()) {
+        println!(
+            "random            {} ops ({} writes), {:.0} ops/s, zipf {}",
+            rnd["ops"],
+            rnd["write_ops"],
+            rnd["ops_per_s"].as_f64().unwrap_or(f64::NAN),
+            rnd["zipf"]
+        );
+    }
     println!("moved out         {}", mib(f("moved_out_bytes")));
     println!("peak memory       {}", mib(f("peak_bytes")));
     let k = &r["kernel"];
@@ -924,6 +941,43 @@ mod tests {
             Some(512)
         );
         assert_eq!(footprint(z, None, false, 215, None), None);
+    }
+
+    #[test]
+    fn the_workload_child_gets_the_random_options() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: Args,
+        }
+        use clap::Parser;
+        let a = T::parse_from([
+            "usemem",
+            "--backend",
+            "zram",
+            "--access",
+            "random",
+            "--ops",
+            "77",
+            "--zipf",
+            "0.5",
+            "--write-percent",
+            "30",
+            "--verify",
+        ])
+        .a;
+        let v = child_args(&a, 1 << 20);
+        let at = |k: &str| v[v.iter().position(|x| x == k).unwrap() + 1].as_str();
+        assert_eq!(at("--backend"), "none");
+        assert_eq!(at("--access"), "random");
+        assert_eq!(
+            (at("--ops"), at("--zipf"), at("--write-percent")),
+            ("77", "0.5", "30")
+        );
+        // Other access orders pass none of them.
+        let a = T::parse_from(["usemem", "--backend", "zram", "--access", "skew"]).a;
+        let v = child_args(&a, 1 << 20);
+        assert!(!v.iter().any(|x| x == "--zipf" || x == "--ops"));
     }
 
     #[test]
