@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod kernel;
 mod random_access;
+mod run;
 mod usemem;
 
 #[derive(Parser)]
@@ -26,6 +27,11 @@ enum Cmd {
     /// Benchmarks of each layer; each prints one JSON object last with --json.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Run an unmodified program with its memory under a uzswap budget.
+    Run(run::Args),
+    /// Grant a group access to /dev/userfaultfd (root, once), so its
+    /// members get system calls on evicted memory served.
+    Setup(run::SetupArgs),
 }
 
 fn main() {
@@ -33,6 +39,8 @@ fn main() {
     let r = match cli.cmd {
         Cmd::Usemem(a) => usemem::run(a),
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Run(a) => run::run(a),
+        Cmd::Setup(a) => run::setup(a),
     };
     if let Err(e) = r {
         eprintln!("uzswap: error: {e:#}");

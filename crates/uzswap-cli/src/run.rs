@@ -1,0 +1,366 @@
+//! `uzswap run -- CMD ARGS…`: an unmodified, dynamically linked program with
+//! its heap and anonymous memory under one uzswap budget, through the
+//! preload library (`crates/uzswap-preload`), and `uzswap setup`, which
+//! grants a group the userfaultfd device so that system calls on evicted
+//! memory are served for its members as for root.
+//!
+//! The program's standard streams are its own; the runner waits for it,
+//! passes on the signals a supervisor sends (SIGTERM, SIGHUP, SIGUSR1,
+//! SIGUSR2; terminal signals reach the program directly, as it shares the
+//! runner's process group), and ends as the program did: with its exit
+//! status, or killed by the same signal.
+
+use crate::usemem::parse_size;
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering::*};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Resident memory plus compressed pool the program may use.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub budget: u64,
+    /// Compressor (lz4, lzo, zstd[:level], deflate[:level]).
+    #[arg(long, default_value = "lz4")]
+    pub compressor: String,
+    /// Chunk size: the unit of eviction and of most faults (4K..2M).
+    #[arg(long, default_value = "64K", value_parser = parse_size)]
+    pub folio: u64,
+    /// Directory of the swap file the coldest pages are written back to.
+    #[arg(long)]
+    pub writeback_dir: Option<PathBuf>,
+    /// Size of that swap file (default: 8x the budget, at least 1 GiB).
+    #[arg(long, value_parser = parse_size)]
+    pub swap_size: Option<u64>,
+    /// Append each process's figures (JSON, one line each) to FILE at its
+    /// exit; without it they go to stderr (or, with --json, into the
+    /// summary).
+    #[arg(long)]
+    pub stats: Option<PathBuf>,
+    /// Also write the figures every this many seconds.
+    #[arg(long)]
+    pub stats_every: Option<f64>,
+    /// Print one JSON summary line on stdout after the program ends.
+    #[arg(long)]
+    pub json: bool,
+    /// Programs this one execs run without uzswap.
+    #[arg(long)]
+    pub no_inherit: bool,
+    /// Open userfaultfd in user mode only, as an unprivileged user without
+    /// access to /dev/userfaultfd does (buffers of system calls are then
+    /// pinned by the library).
+    #[arg(long)]
+    pub user_mode: bool,
+    /// The preload library (default: libuzswap_preload.so next to this
+    /// binary, or $UZSWAP_PRELOAD).
+    #[arg(long)]
+    pub preload: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true)]
+    pub cmd: Vec<OsString>,
+}
+
+/// The program's path: as given when it names a file, else from $PATH.
+fn resolve(prog: &OsString) -> Result<PathBuf> {
+    let p = Path::new(prog);
+    if p.components().count() > 1 {
+        return Ok(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let c = dir.join(p);
+        if c.metadata()
+            .is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+        {
+            return Ok(c);
+        }
+    }
+    bail!("{}: command not found", p.display())
+}
+
+/// Refuse what LD_PRELOAD cannot reach: static binaries (no program
+/// interpreter) and secure-execution programs (set-user-ID, set-group-ID,
+/// file capabilities), for which the loader ignores LD_PRELOAD.
+fn check_program(path: &Path) -> Result<()> {
+    let meta = path
+        .metadata()
+        .with_context(|| format!("{}", path.display()))?;
+    if meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        bail!(
+            "{} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it, so \
+             uzswap cannot hold its memory; run a copy without those bits",
+            path.display()
+        );
+    }
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    // SAFETY: NUL-terminated strings; a null buffer of size 0 asks for the
+    // attribute's size only.
+    let caps = unsafe {
+        libc::getxattr(
+            name.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if caps > 0 {
+        bail!(
+            "{} has file capabilities: the loader ignores LD_PRELOAD for it, so uzswap \
+             cannot hold its memory",
+            path.display()
+        );
+    }
+    let mut head = [0u8; 64];
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let n = f.read(&mut head)?;
+    if n < 4 || &head[..4] != b"\x7fELF" {
+        // A script: its interpreter is checked when it starts.
+        return Ok(());
+    }
+    if n < 64 || head[4] != 2 || head[5] != 1 {
+        bail!("{}: not a 64-bit little-endian ELF program", path.display());
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as u64;
+    let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54), u16_at(56));
+    let mut table = vec![0u8; (phentsize * phnum) as usize];
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(phoff))?;
+    f.read_exact(&mut table)?;
+    const PT_INTERP: u32 = 3;
+    let dynamic = table
+        .chunks_exact(phentsize.max(4) as usize)
+        .any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP);
+    if !dynamic {
+        bail!(
+            "{} is statically linked: its allocator and system calls are inside it, where \
+             LD_PRELOAD cannot reach, so uzswap cannot hold its memory (link it dynamically, \
+             or use the library's API)",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn preload_path(a: &Args) -> Result<PathBuf> {
+    let p = match (&a.preload, std::env::var_os("UZSWAP_PRELOAD")) {
+        (Some(p), _) => p.clone(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => std::env::current_exe()?
+            .parent()
+            .context("the uzswap binary has no directory")?
+            .join("libuzswap_preload.so"),
+    };
+    if !p.is_file() {
+        bail!(
+            "preload library {} not found: build it with `cargo build --release -p \
+             uzswap-preload` (it lands next to the uzswap binary), or name it with --preload",
+            p.display()
+        );
+    }
+    Ok(p.canonicalize()?)
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: i32) {
+    let pid = CHILD.load(Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if !a.folio.is_power_of_two() || !(4096..=2 << 20).contains(&a.folio) {
+        bail!("--folio {}: a power of two from 4K to 2M", a.folio);
+    }
+    uzswap::compress::by_name(&a.compressor).map_err(|e| anyhow::anyhow!("--compressor: {e}"))?;
+    if let Some(s) = a.stats_every {
+        if !(s.is_finite() && s > 0.0) {
+            bail!("--stats-every {s}: a positive number of seconds");
+        }
+    }
+    let cfg = uzswap::UzswapConfig {
+        budget: a.budget,
+        folio_order: (a.folio / 4096).trailing_zeros(),
+        ..Default::default()
+    };
+    let min = uzswap::region::min_budget(&cfg);
+    if a.budget < min {
+        bail!(
+            "--budget {}: below the {} KiB a {} KiB chunk needs (room for the stores and \
+             faults in flight)",
+            a.budget,
+            min.div_ceil(1024),
+            a.folio >> 10
+        );
+    }
+    let prog = resolve(&a.cmd[0])?;
+    check_program(&prog)?;
+    let lib = preload_path(&a)?;
+    let tmp_stats = (a.json && a.stats.is_none())
+        .then(|| std::env::temp_dir().join(format!("uzswap-run-{}.json", std::process::id())));
+    let stats = a.stats.clone().or(tmp_stats.clone());
+    let mut preload = lib.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut cmd = std::process::Command::new(&prog);
+    cmd.arg0(&a.cmd[0]).args(&a.cmd[1..]);
+    cmd.env("LD_PRELOAD", preload)
+        .env("UZSWAP_BUDGET", a.budget.to_string())
+        .env("UZSWAP_COMPRESSOR", &a.compressor)
+        .env("UZSWAP_FOLIO", a.folio.to_string());
+    let optional = [
+        (
+            "UZSWAP_SWAP_DIR",
+            a.writeback_dir.as_ref().map(|d| d.clone().into_os_string()),
+        ),
+        (
+            "UZSWAP_SWAP_SIZE",
+            a.swap_size.map(|s| s.to_string().into()),
+        ),
+        (
+            "UZSWAP_STATS",
+            stats.as_ref().map(|s| s.clone().into_os_string()),
+        ),
+        (
+            "UZSWAP_STATS_EVERY",
+            a.stats_every.map(|s| s.to_string().into()),
+        ),
+        ("UZSWAP_NO_INHERIT", a.no_inherit.then(|| "1".into())),
+        ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),
+    ];
+    for (k, v) in optional {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let t0 = std::time::Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", prog.display()))?;
+    CHILD.store(child.id() as i32, Relaxed);
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: installs a handler that only calls kill(2).
+        unsafe { libc::signal(sig, forward as *const () as libc::sighandler_t) };
+    }
+    // Terminal signals reach the program through the process group; the
+    // runner waits for it to act on them.
+    // SAFETY: ignoring signals has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let status = child.wait()?;
+    let elapsed = t0.elapsed().as_secs_f64();
+    if a.json {
+        let procs: Vec<serde_json::Value> = stats
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let peak = procs
+            .iter()
+            .filter_map(|p| p["peak_bytes"].as_u64())
+            .max()
+            .unwrap_or(0);
+        let summary = serde_json::json!({
+            "command": a.cmd.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>(),
+            "exit_code": status.code(),
+            "signal": status.signal(),
+            "elapsed_s": elapsed,
+            "budget_bytes": a.budget,
+            "peak_bytes": peak,
+            "processes": procs,
+        });
+        println!("{summary}");
+    }
+    if let Some(t) = tmp_stats {
+        let _ = std::fs::remove_file(t);
+    }
+    if let Some(sig) = status.signal() {
+        // SAFETY: the default action, then the same signal to ourselves.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+use std::os::unix::process::CommandExt;
+
+#[derive(clap::Args, Debug)]
+pub struct SetupArgs {
+    /// Also add this user to the group.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// The group given access to /dev/userfaultfd.
+    #[arg(long, default_value = "userfaultfd")]
+    pub group: String,
+}
+
+/// `uzswap setup` (root, once): a system group with read/write access to
+/// /dev/userfaultfd, as the kvm group has /dev/kvm, and a udev rule that
+/// keeps it across reboots. Its members then get faults inside system calls
+/// served (`KernelFaults::Served`) without being root.
+pub fn setup(a: SetupArgs) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "setup changes /dev/userfaultfd's group and mode: run it as root (sudo uzswap setup)"
+        );
+    }
+    let dev = Path::new("/dev/userfaultfd");
+    if !dev.exists() {
+        bail!("/dev/userfaultfd does not exist (Linux 6.1+ with CONFIG_USERFAULTFD)");
+    }
+    let sh = |args: &[&str]| -> Result<()> {
+        let st = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .status()?;
+        if !st.success() {
+            bail!("{} failed: {st}", args.join(" "));
+        }
+        Ok(())
+    };
+    let have_group = std::fs::read_to_string("/etc/group")?
+        .lines()
+        .any(|l| l.split(':').next() == Some(a.group.as_str()));
+    if !have_group {
+        sh(&["groupadd", "--system", &a.group])?;
+    }
+    sh(&["chgrp", &a.group, "/dev/userfaultfd"])?;
+    sh(&["chmod", "0660", "/dev/userfaultfd"])?;
+    let rule = format!(
+        "# uzswap: members of {g} may open /dev/userfaultfd\nKERNEL==\"userfaultfd\", GROUP=\"{g}\", MODE=\"0660\"\n",
+        g = a.group
+    );
+    let rules = Path::new("/etc/udev/rules.d");
+    if rules.is_dir() {
+        std::fs::write(rules.join("60-uzswap-userfaultfd.rules"), rule)?;
+    }
+    if let Some(u) = &a.user {
+        sh(&["usermod", "-aG", &a.group, u])?;
+    }
+    println!(
+        "/dev/userfaultfd: group {g}, mode 0660{}. Members of {g} (usermod -aG {g} USER, then \
+         log in again) get system calls on evicted memory served.",
+        if rules.is_dir() {
+            ", kept across reboots by a udev rule"
+        } else {
+            ""
+        },
+        g = a.group
+    );
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! `uzswap run`: unmodified programs (Python scripts in `tests/programs`)
+//! under a budget far below their memory, through both userfaultfd open
+//! paths: the device (faults inside system calls served) and user mode only
+//! (the library pins system-call buffers), the latter also as a real
+//! unprivileged user made for the test. Every script checks its own bytes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn uzswap() -> &'static str {
+    env!("CARGO_BIN_EXE_uzswap")
+}
+
+fn programs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
+}
+
+/// The distribution's Python (the tests' programs), or None with the
+/// reason printed.
+fn python() -> Option<&'static str> {
+    let p = "/usr/bin/python3";
+    if Path::new(p).exists() {
+        Some(p)
+    } else {
+        eprintln!("skipping: {p} not installed (scripts/setup installs it)");
+        None
+    }
+}
+
+/// The preload library next to the binary (the workspace build makes it).
+fn preload() -> Option<PathBuf> {
+    let p = Path::new(uzswap()).with_file_name("libuzswap_preload.so");
+    if p.exists() {
+        return Some(p);
+    }
+    // `cargo test` builds the workspace's libraries too; a lone `-p
+    // uzswap-cli` run does not: build it.
+    let st = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-p", "uzswap-preload"])
+        .status()
+        .expect("cargo");
+    assert!(st.success(), "building the preload library failed");
+    assert!(p.exists(), "{} missing after the build", p.display());
+    Some(p)
+}
+
+fn userfaultfd_works() -> bool {
+    match uzswap::Uzswap::new(uzswap::UzswapConfig::default()) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            false
+        }
+    }
+}
+
+fn run(pre: &[&str], args: &[&str]) -> Output {
+    let lib = preload().unwrap();
+    let mut c = Command::new(pre.first().copied().unwrap_or(uzswap()));
+    if !pre.is_empty() {
+        c.args(&pre[1..]).arg(uzswap());
+    }
+    c.arg("run").arg("--preload").arg(&lib).args(args);
+    c.output().expect("uzswap run")
+}
+
+fn ok(o: &Output, what: &str) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{what}: {:?}\nstdout: {out}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+fn script(name: &str) -> String {
+    programs().join(name).display().to_string()
+}
+
+#[test]
+fn a_python_heap_four_times_the_budget_gives_the_same_output() {
+    let (Some(py), true) = (python(), userfaultfd_works()) else {
+        return;
+    };
+    let heap = script("heap.py");
+    // About 40 MiB of objects under 16 MiB: small enough for CI's two
+    // cores, large enough that most of the heap is evicted and read back.
+    let n = "100000";
+    let plain = Command::new(py).args([&heap, n]).output().unwrap();
+    let want = ok(&plain, "plain run");
+    for extra in [&[][..], &["--user-mode"][..]] {
+        let mut args = vec!["--budget", "16M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", py, &heap, n]);
+        let o = run(&[], &args);
+        let out = ok(&o, "under uzswap");
+        let (prog_out, summary) = out.trim_end().rsplit_once('\n').expect("two lines");
+        assert_eq!(format!("{prog_out}\n"), want, "{extra:?}: output differs");
+        let s: serde_json::Value = serde_json::from_str(summary).expect("summary JSON");
+        let p = &s["processes"][0];
+        assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{extra:?}: {p}");
+        assert!(
+            s["peak_bytes"].as_u64().unwrap() <= 16 << 20,
+            "{extra:?}: {s}"
+        );
+        let served = if extra.is_empty() {
+            "served"
+        } else {
+            "not-served"
+        };
+        assert_eq!(p["kernel_faults"], served, "{extra:?}");
+    }
+}
+
+#[test]
+fn system_calls_fork_and_mappings_on_evicted_memory() {
+    let (Some(py), true) = (python(), userfaultfd_works()) else {
+        return;
+    };
+    for (name, arg) in [
+        ("syscalls.py", "96"),
+        ("fork.py", "20000"),
+        ("mappings.py", "0"),
+    ] {
+        for extra in [&[][..], &["--user-mode"][..]] {
+            let s = script(name);
+            let mut args = vec!["--budget", "32M", "--stats", "/dev/null"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", py, &s, arg]);
+            let out = ok(&run(&[], &args), name);
+            assert!(out.starts_with("ok"), "{name} {extra:?}: {out}");
+        }
+    }
+}
+
+/// The non-root path: a user made for the test, with no access to
+/// /dev/userfaultfd, gets `UFFD_USER_MODE_ONLY`; the library pins the
+/// buffers of system calls, and nothing fails.
+#[test]
+fn an_unprivileged_user_gets_the_same_bytes() {
+    let (Some(py), true) = (python(), userfaultfd_works()) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: making a test user needs root");
+        return;
+    }
+    let user = "uzswap-test";
+    let _ = Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            user,
+        ])
+        .output();
+    let id = Command::new("id").args(["-u", user]).output().unwrap();
+    if !id.status.success() {
+        eprintln!("skipping: useradd could not make {user}");
+        return;
+    }
+    // The test binaries and scripts must be reachable by that user.
+    for p in [uzswap().to_string(), script("syscalls.py")] {
+        let mut d = Path::new(&p).parent();
+        while let Some(dir) = d {
+            if std::fs::metadata(dir).is_ok_and(|m| {
+                std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o001 == 0
+            }) {
+                eprintln!(
+                    "skipping: {} is not reachable by other users",
+                    dir.display()
+                );
+                return;
+            }
+            d = dir.parent();
+        }
+    }
+    let pre = [
+        "setpriv",
+        "--reuid",
+        user,
+        "--regid",
+        user,
+        "--clear-groups",
+        "--reset-env",
+        "env",
+        "TMPDIR=/tmp",
+    ];
+    for name in ["syscalls.py", "mappings.py"] {
+        let s = script(name);
+        let o = run(&pre, &["--budget", "32M", "--json", "--", py, &s, "64"]);
+        let out = ok(&o, name);
+        assert!(out.starts_with("ok"), "{name}: {out}");
+        let summary: serde_json::Value =
+            serde_json::from_str(out.trim_end().rsplit_once('\n').unwrap().1).unwrap();
+        let p = &summary["processes"][0];
+        assert_eq!(p["uffd_open"], "syscall-user-mode", "{p}");
+        assert_eq!(p["kernel_faults"], "not-served", "{p}");
+        assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{p}");
+    }
+}
+
+#[test]
+fn what_cannot_run_gets_a_clear_message() {
+    let Some(_) = preload() else { return };
+    let cases: [(&[&str], &str); 5] = [
+        (&["--budget", "64K", "--", "true"], "below the"),
+        (&["--bogus-flag", "--", "true"], "--bogus-flag"),
+        (
+            &["--budget", "64M", "--", "/sbin/ldconfig", "-p"],
+            "statically linked",
+        ),
+        (
+            &["--budget", "64M", "--", "no-such-program-here"],
+            "command not found",
+        ),
+        (&["--compressor", "nope", "--", "true"], "--compressor"),
+    ];
+    for (args, msg) in cases {
+        let o = run(&[], args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(msg), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // A set-user-ID program (a copy of `true`, made for the test).
+    let dir = std::env::temp_dir().join(format!("uzswap-suid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let suid = dir.join("true");
+    std::fs::copy("/bin/true", &suid).unwrap();
+    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
+    let o = run(&[], &["--", suid.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("set-user-ID"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_exit_status_and_a_killing_signal_are_the_programs() {
+    let Some(_) = preload() else { return };
+    if !userfaultfd_works() {
+        return;
+    }
+    let o = run(
+        &[],
+        &[
+            "--budget",
+            "16M",
+            "--stats",
+            "/dev/null",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(7));
+    let o = run(
+        &[],
+        &[
+            "--budget",
+            "16M",
+            "--stats",
+            "/dev/null",
+            "--",
+            "sh",
+            "-c",
+            "kill -TERM $$",
+        ],
+    );
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&o.status),
+        Some(libc::SIGTERM)
+    );
+}
