@@ -55,6 +55,14 @@ pub struct Args {
     /// pinned by the library).
     #[arg(long)]
     pub user_mode: bool,
+    /// How faults are resolved: `block`, by handler threads (serves faults
+    /// the kernel takes inside system calls where /dev/userfaultfd is
+    /// open); `spin`, the same polling a while after each fault; `signal`,
+    /// by the faulting thread itself in a SIGBUS handler, which saves two
+    /// cross-CPU wake-ups per fault (system call buffers are then pinned
+    /// by the library, as in user mode).
+    #[arg(long, value_enum, default_value = "block")]
+    pub handler: crate::usemem::Handler,
     /// The preload library (default: libuzswap_preload.so next to this
     /// binary, or $UZSWAP_PRELOAD).
     #[arg(long)]
@@ -235,6 +243,17 @@ pub fn run(a: Args) -> Result<()> {
         ),
         ("UZSWAP_NO_INHERIT", a.no_inherit.then(|| "1".into())),
         ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),
+        (
+            "UZSWAP_HANDLER",
+            Some(
+                match a.handler {
+                    crate::usemem::Handler::Block => "block",
+                    crate::usemem::Handler::Spin => "spin",
+                    crate::usemem::Handler::Signal => "signal",
+                }
+                .into(),
+            ),
+        ),
     ];
     for (k, v) in optional {
         match v {

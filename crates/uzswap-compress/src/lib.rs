@@ -47,4 +47,36 @@ pub mod thread_hook {
             f();
         }
     }
+
+    /// What a scope runs on entry and on exit.
+    type ScopeHooks = (fn(), fn());
+
+    static SCOPE: OnceLock<ScopeHooks> = OnceLock::new();
+
+    /// Install the pair run around uzswap's work in a program's thread (a
+    /// fault resolved in the SIGBUS handler of the thread that took it):
+    /// the same routing as `set`'s hook, for a while. A second call is
+    /// ignored (returns false).
+    pub fn set_scope(enter: fn(), leave: fn()) -> bool {
+        SCOPE.set((enter, leave)).is_ok()
+    }
+
+    /// While the returned guard lives, the calling thread counts as one of
+    /// uzswap's own.
+    pub fn scope() -> Scope {
+        if let Some((enter, _)) = SCOPE.get() {
+            enter();
+        }
+        Scope(())
+    }
+
+    pub struct Scope(());
+
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            if let Some((_, leave)) = SCOPE.get() {
+                leave();
+            }
+        }
+    }
 }

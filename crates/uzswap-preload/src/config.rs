@@ -11,6 +11,7 @@
 //! | `UZSWAP_STATS_EVERY` | also every this many seconds |
 //! | `UZSWAP_NO_INHERIT` | programs this one execs run without uzswap |
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
+//! | `UZSWAP_HANDLER` | `block` (default), `spin[:µs]` or `signal`: how faults are resolved |
 
 use std::path::PathBuf;
 
@@ -24,6 +25,7 @@ pub struct Config {
     pub stats_every: Option<f64>,
     pub no_inherit: bool,
     pub user_mode: bool,
+    pub handler: uzswap::HandlerMode,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -37,6 +39,26 @@ fn num(name: &str) -> Result<Option<u64>, String> {
                 .map_err(|_| format!("{name}={v}: not a number of bytes"))
         })
         .transpose()
+}
+
+fn handler() -> Result<uzswap::HandlerMode, String> {
+    let v = var("UZSWAP_HANDLER").unwrap_or_else(|| "block".into());
+    let spin = |us: &str| {
+        us.parse::<u32>()
+            .map(|micros| uzswap::HandlerMode::Spin { micros })
+            .map_err(|_| format!("UZSWAP_HANDLER={v}: spin:<microseconds>"))
+    };
+    match v.as_str() {
+        "block" => Ok(uzswap::HandlerMode::Block),
+        "signal" => Ok(uzswap::HandlerMode::Signal),
+        "spin" => spin("50"),
+        s => match s.strip_prefix("spin:") {
+            Some(us) => spin(us),
+            None => Err(format!(
+                "UZSWAP_HANDLER={v}: one of block, spin[:µs], signal"
+            )),
+        },
+    }
 }
 
 impl Config {
@@ -69,6 +91,7 @@ impl Config {
             stats_every,
             no_inherit: var("UZSWAP_NO_INHERIT").is_some_and(|v| v != "0"),
             user_mode: var("UZSWAP_USER_MODE").is_some_and(|v| v != "0"),
+            handler: handler()?,
         }))
     }
 
@@ -82,7 +105,9 @@ impl Config {
             budget: self.budget,
             folio_order: self.folio_order,
             defer_register: false,
+            plan_for_mapping: false,
             user_mode_only: self.user_mode,
+            handler: self.handler,
             ..Default::default()
         };
         if let Some(name) = &self.compressor {

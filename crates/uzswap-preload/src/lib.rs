@@ -101,6 +101,11 @@ fn uzswap_thread_started() {
     let _ = INTERNAL.try_with(|c| c.set(c.get() + 1));
 }
 
+/// The end of a fault resolved in the program thread that took it.
+fn uzswap_scope_left() {
+    let _ = INTERNAL.try_with(|c| c.set(c.get().saturating_sub(1)));
+}
+
 /// A thread started by one of ours (or by initialisation) is ours from its
 /// first instruction: the thread library and Rust's runtime allocate
 /// before any code of uzswap's runs in it (thread-local destructors), and
@@ -156,6 +161,7 @@ extern "C" fn init() {
         config::drop_preload_from_environ();
     }
     uzswap::compress::thread_hook::set(uzswap_thread_started);
+    uzswap::compress::thread_hook::set_scope(uzswap_thread_started, uzswap_scope_left);
     let uz = match Uzswap::new(cfg.uzswap()) {
         Ok(uz) => uz,
         Err(e) => die(&format!("cannot start: {e}")),

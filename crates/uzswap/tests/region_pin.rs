@@ -65,6 +65,18 @@ fn pinned_buffers_serve_system_calls_in_user_mode_only() {
         r.advise(0..LEN, Advice::PageOut).unwrap();
         // SAFETY: the middle of the live region.
         let dst = unsafe { r.as_ptr().add(LEN / 2) };
+        // The chunk partly mapped, one page read (protected, its copy
+        // kept) and one written (writable): a write pin must still make
+        // every page writable before the call, not spin on the partial
+        // chunk.
+        let half = LEN / 2 / PAGE_SIZE;
+        // SAFETY: pages of the live region.
+        unsafe {
+            std::ptr::read_volatile(page(&r, half + 3).as_ptr());
+            let w = page(&r, half + 9).as_mut_ptr();
+            std::ptr::write_volatile(w, std::ptr::read_volatile(w));
+        }
+        assert!(uz.stats().faults_partial >= 2, "{:?}", uz.stats());
         {
             let _pin = uz.pin(dst as usize, n, true);
             let mut got = 0;
@@ -75,13 +87,31 @@ fn pinned_buffers_serve_system_calls_in_user_mode_only() {
                 got += k as usize;
             }
         }
-        let half = LEN / 2 / PAGE_SIZE;
         for i in 0..16 {
             assert!(
                 Pattern::Text.verify(i as u64, 7, page(&r, half + i)),
                 "{handler:?} page {i}"
             );
         }
+        // A write pin of one page of a partial chunk (the page alone comes
+        // in writable, and the chunk stays partial).
+        r.advise(0..LEN, Advice::PageOut).unwrap();
+        let one = page(&r, 40).to_vec();
+        // SAFETY: a page of the live region.
+        unsafe { std::ptr::read_volatile(page(&r, half + 3).as_ptr()) };
+        {
+            // SAFETY: `one` is a page of our memory.
+            assert_eq!(
+                unsafe { libc::write(wr, one.as_ptr() as *const _, PAGE_SIZE) },
+                4096
+            );
+            let at = page(&r, half + 11).as_mut_ptr();
+            let _pin = uz.pin(at as usize, PAGE_SIZE, true);
+            // SAFETY: a pinned page of the live region.
+            let k = unsafe { libc::read(rd, at as *mut _, PAGE_SIZE) };
+            assert_eq!(k, PAGE_SIZE as isize, "{handler:?}");
+        }
+        assert_eq!(page(&r, half + 11), &one[..]);
         // SAFETY: our descriptors.
         unsafe {
             libc::close(rd);

@@ -69,8 +69,9 @@ fn a_store_refused_partway_through_a_partial_chunk_loses_nothing() {
     assert_eq!(r.resident_bytes(), 0, "{:?}", uz.stats());
     check(&[]);
 
-    // Once more partial and refused, then a write: the chunk completes
-    // exclusively from the mapped pages and the cache, and the write lands.
+    // Once more partial and refused, then a write: the written page's
+    // protection is lifted and the chunk stays partial (DIRTY), and the
+    // write lands.
     r.advise(0..len, Advice::PageOut).unwrap();
     for i in mapped {
         read(&r, i);
@@ -82,9 +83,22 @@ fn a_store_refused_partway_through_a_partial_chunk_loses_nothing() {
     assert_eq!(uz.stats().evict_aborts, 2);
     assert_eq!(r.resident_bytes(), 3 * PAGE_SIZE as u64);
     page(&r, PER + 7)[0] ^= 0xff;
-    assert_eq!(r.resident_bytes(), chunk as u64, "completed by the write");
+    assert_eq!(r.resident_bytes(), 3 * PAGE_SIZE as u64, "still partial");
+    // A dirty partial chunk refused partway: its pages were protected for
+    // the store and stay mapped; the written one's data is the mapped
+    // page's, and a second write unprotects it again. (Reading the whole
+    // region first would complete the chunk.)
+    failpoints::fail_partial_store(1);
+    r.advise(PER * PAGE_SIZE..2 * PER * PAGE_SIZE, Advice::PageOut)
+        .unwrap();
+    assert_eq!(uz.stats().evict_aborts, 3);
+    assert_eq!(r.resident_bytes(), 3 * PAGE_SIZE as u64);
+    check(&[PER + 7]);
+    page(&r, PER + 7)[1] ^= 0xff;
+    page(&r, PER + 7)[1] ^= 0xff;
     check(&[PER + 7]);
     r.advise(0..len, Advice::PageOut).unwrap();
     assert_eq!(r.resident_bytes(), 0);
+    let _ = chunk;
     check(&[PER + 7]);
 }

@@ -304,6 +304,84 @@ fn writer_hammering_a_chunk_being_evicted_loses_nothing() {
     assert_eq!(st.fault_errors, 0);
 }
 
+/// Writers increment counters in a few scattered pages of one chunk (a
+/// random write installs just its page, writable: a DIRTY partial chunk)
+/// while the chunk is paged out over and over, in both handler modes: the
+/// evictor must write-protect the written pages before it stores them, or
+/// a write landing between the store and the zap is lost. Each page has
+/// one writer; a lost write shows as an old count.
+#[test]
+fn writers_of_scattered_pages_racing_eviction_lose_nothing() {
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let Some(uz) = instance(Config {
+            folio_order: 4,
+            handler,
+            ..Config::default()
+        }) else {
+            return;
+        };
+        let region = uz.region(1 << 20).unwrap();
+        let chunk = uz.chunk_bytes();
+        let base = region.as_ptr() as usize;
+        // Pages far from each other: no write looks like a scan.
+        let pages = [[3usize, 11], [6, 14]];
+        let stop = AtomicBool::new(false);
+        let rounds = std::thread::scope(|s| {
+            let writers: Vec<_> = pages
+                .iter()
+                .map(|mine| {
+                    let stop = &stop;
+                    s.spawn(move || {
+                        let mut n = 0u64;
+                        while !stop.load(Relaxed) {
+                            for &p in mine {
+                                let ptr =
+                                    (base + p * PAGE_SIZE + 8 * (n as usize % 64)) as *mut u64;
+                                let first = (base + p * PAGE_SIZE) as *mut u64;
+                                // SAFETY: inside the region; this thread is
+                                // the only writer of its pages.
+                                let v = unsafe { std::ptr::read_volatile(first) };
+                                assert_eq!(v, n, "{handler:?} page {p}: lost write");
+                                // SAFETY: as above.
+                                unsafe {
+                                    std::ptr::write_volatile(ptr, n);
+                                    std::ptr::write_volatile(first, n + 1);
+                                }
+                            }
+                            n += 1;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(600) {
+                region.advise(0..chunk, Advice::PageOut).unwrap();
+            }
+            stop.store(true, Relaxed);
+            writers
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        for (mine, n) in pages.iter().zip(&rounds) {
+            for &p in mine {
+                // SAFETY: inside the region; the writers have finished.
+                let v = unsafe { std::ptr::read_volatile((base + p * PAGE_SIZE) as *const u64) };
+                assert_eq!(v, *n, "{handler:?} page {p}");
+            }
+        }
+        let st = uz.stats();
+        eprintln!(
+            "{handler:?}: {rounds:?} rounds, evicted {}, partial {}, completed {}, wp {}, parked {}",
+            st.evicted_chunks, st.faults_partial, st.partial_filled, st.faults_wp, st.faults_parked
+        );
+        assert!(st.evicted_chunks > 10, "{st:?}");
+        assert!(st.faults_partial > 10, "writes came in as pages: {st:?}");
+        assert_eq!(st.fault_errors, 0);
+    }
+}
+
 /// Usage (resident + pool) never exceeds the budget by more than one
 /// eviction batch, writing and then reading 4x the budget.
 #[test]

@@ -42,6 +42,12 @@ pub const REJECTED: u32 = 1 << 6;
 /// whoever reads the word knows what is mapped and charged.
 pub const PART: u32 = 1 << 7;
 const MASK_SHIFT: u32 = 8;
+/// Some mapped group of this PARTIAL chunk may be writable: a write fault
+/// installed the group, or lifted its protection, and dropped its copies
+/// (a random write costs one group, as a random read does). Its eviction
+/// write-protects the mapped groups before storing them, and it never
+/// completes to CLEAN. Set and cleared with PART.
+pub const DIRTY: u32 = 1 << 24;
 /// Pinned resident (`pin.rs`): a system call is using its memory, or the
 /// program made part of it inaccessible (`mprotect`). The evictor never
 /// takes a pinned chunk; a fault still brings it in. The flag rides
@@ -53,6 +59,9 @@ pub const PINNED: u32 = 1 << 31;
 pub const GROUPS: usize = 16;
 /// The mask of mapped groups of a PART word.
 pub const MASK_BITS: u32 = 0xffff << MASK_SHIFT;
+/// Everything a PARTIAL word says of its mapped pages: cleared together
+/// when the chunk leaves the partial states.
+pub const PART_BITS: u32 = PART | MASK_BITS | DIRTY;
 
 /// Pages per group in a chunk of `pages` pages.
 #[inline]

@@ -65,6 +65,8 @@ struct Victim {
     from: u32,
     /// PARTIAL: its mapped groups.
     mask: u16,
+    /// PARTIAL: some mapped group may be writable (`chunk::DIRTY`).
+    dirty: bool,
 }
 
 impl Victim {
@@ -75,6 +77,7 @@ impl Victim {
             ci,
             from: chunk::state(w),
             mask: chunk::part_mask(w).unwrap_or(0),
+            dirty: w & DIRTY != 0,
         }
     }
 }
@@ -816,17 +819,17 @@ fn stored_now(sh: &Shared, r: &RegionInner, ci: usize) {
     sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
     // A parked writer retries, takes a missing fault and is served from
     // the copy just stored.
-    let clear = REF | ACTIVE | REJECTED | PART | MASK_BITS;
+    let clear = REF | ACTIVE | REJECTED | PART_BITS;
     if chunk::release(&r.state[ci], STORED, clear, 0) {
         sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
     }
 }
 
-/// Evict partial chunk `v`: its mapped pages are write-protected since they
-/// were installed, so their clean copies are claimed (or, where the cache
-/// dropped one, the page is stored afresh) and the chunk's zap gathered
-/// (its region's `live` lock is held by the caller). Returns bytes
-/// uncharged from resident.
+/// Evict partial chunk `v`: its mapped pages are write-protected (since
+/// they were installed, or, for a DIRTY chunk's, here first), so their
+/// clean copies are claimed (or, where there is none, the page is stored
+/// afresh) and the chunk's zap gathered (its region's `live` lock is held
+/// by the caller). Returns bytes uncharged from resident.
 fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
     let r = &v.r;
     let base = r.chunk_addr(v.ci, sh.chunk);
@@ -843,12 +846,26 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
         return 0;
     }
     let first = sh.entry(r, v.ci);
+    let ranges = chunk::mask_ranges(v.mask, 1 << sh.order);
+    if v.dirty {
+        // From here a write to a mapped group traps and parks on the
+        // chunk (EVICTING), as for a whole chunk in `evict_run`.
+        for g in &ranges {
+            let a = base + g.start * PAGE_SIZE;
+            if let Err(e) = sh.uffd.write_protect(a as *mut _, g.len() * PAGE_SIZE) {
+                eprintln!("uzswap: evictor: write-protect failed: {e}");
+                // The groups protected so far have no copies: still a
+                // valid PARTIAL chunk, which a write unprotects again.
+                if chunk::release(&r.state[v.ci], PARTIAL, 0, REJECTED) {
+                    sh.wake(base, sh.chunk);
+                }
+                return 0;
+            }
+        }
+    }
     let mut taken = Vec::new();
     let mut stored = false;
-    for i in chunk::mask_ranges(v.mask, 1 << sh.order)
-        .into_iter()
-        .flatten()
-    {
+    for i in ranges.into_iter().flatten() {
         let key = first.offset(i as u64);
         if !sh.zswap.claim_clean(key, 0) {
             // SAFETY: the page is mapped (PARTIAL before we took it) and

@@ -125,6 +125,10 @@ pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Opt
     }
     let t0 = Instant::now();
     let fault = Fault::Signal { write };
+    // What this allocates must not come from region memory: the program's
+    // allocator may be the one that faulted (the preload library routes a
+    // scope's allocations as it does uzswap's threads').
+    let _ours = crate::compress::thread_hook::scope();
     sh.faulting.fetch_add(1, Relaxed);
     let done = SCRATCH.try_with(|s| match s.try_borrow_mut() {
         Ok(mut buf) => {
@@ -211,7 +215,7 @@ fn resolve_in(
                 let res = if st == UNTOUCHED {
                     install_zero_around(sh, r, ci)
                 } else if let Some(p) = sub_chunk(sh, r, ci, addr, write, 0) {
-                    install_group(sh, r, ci, p, 0, scratch)
+                    install_group(sh, r, ci, p, 0, write, scratch)
                 } else {
                     install(sh, r, ci, write, false, scratch)
                 };
@@ -240,7 +244,10 @@ fn resolve_in(
                     }
                     continue;
                 }
-                let (_live, prev) = match own(sh, r, ci, PARTIAL, true) {
+                // A write to a mapped group lifts its protection and
+                // charges nothing: no backstop for it.
+                let charges = !(wp && mask & bit != 0);
+                let (_live, prev) = match own(sh, r, ci, PARTIAL, charges) {
                     Own::Gone => return,
                     Own::Lost => continue,
                     Own::Owned(live, prev) => (live, prev),
@@ -249,7 +256,9 @@ fn resolve_in(
                 // evicted and made PARTIAL again with other groups since
                 // `w`. What is mapped is what the word we replaced says.
                 let mask = chunk::part_mask(prev).expect("PARTIAL without its mask");
-                if !wp && mask & bit != 0 {
+                if (!wp && mask & bit != 0) || (wp && mask & bit == 0) {
+                    // Mapped now, or (a write-protect fault) no longer
+                    // mapped: the woken thread retries and faults afresh.
                     if chunk::release(&r.state[ci], PARTIAL, 0, 0) {
                         sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
                     }
@@ -258,12 +267,16 @@ fn resolve_in(
                 }
                 if wp {
                     sh.ctr.faults_wp.fetch_add(1, Relaxed);
+                    if sh.cfg.partial_faults {
+                        unprotect_group(sh, r, ci, page);
+                        return;
+                    }
                 }
-                // Another read in the chunk adds its group while the chunk
-                // looks randomly read; a write, or a chunk read in order or
-                // at many places, comes in whole.
-                let done = match sub_chunk(sh, r, ci, addr, wp || write, mask) {
-                    Some(p) => install_group(sh, r, ci, p, mask, scratch),
+                // Another fault in the chunk adds its group while the chunk
+                // looks randomly used; a chunk used in order or at many
+                // places comes in whole.
+                let done = match sub_chunk(sh, r, ci, addr, write, mask) {
+                    Some(p) => install_group(sh, r, ci, p, mask, write, scratch),
                     None => fill(sh, r, ci, mask, wp || write, scratch),
                 };
                 if done {
@@ -458,24 +471,65 @@ fn install(
     true
 }
 
-/// A PARTIAL chunk takes read faults one group at a time until it has this
-/// many groups mapped; the next read fault completes it. Random reads
-/// (a hash table, a sparse index) touch a few pages of a chunk each time it
-/// is in: installing just those costs a page's decompression and charge
-/// per fault, where completing costs the chunk's, and the evictor then
-/// reclaims the chunk by zapping pages whose copies it already has. A
-/// chunk read at this many places is taken to be in use as a whole.
-const PARTIAL_MAX_GROUPS: u32 = 4;
+/// A PARTIAL chunk takes faults one group at a time until it has this
+/// many groups mapped; the next fault completes it. Random accesses (a
+/// hash table, a sparse index, a language runtime's heap) touch a few
+/// pages of a chunk each time it is in: installing just those costs a
+/// page's decompression and charge per fault, where completing costs the
+/// chunk's, and the evictor then reclaims the chunk by zapping pages whose
+/// copies it already has. So only a scan (`Recent`, `scan_enters`)
+/// completes a chunk: a count of random faults did worse at every
+/// threshold tried. A Python heap of 95 MiB under 48 MiB (signal mode,
+/// alternating runs): 2.7-2.8 s completing at 4 groups (2.6 pages
+/// decompressed per fault), 2.2-2.3 at 8, 2.0-2.1 never; usemem's random
+/// row at 256 MiB under 128 MiB: 98-100 k ops/s at 4, 141-142 k never;
+/// completing at 4 only chunks the workingset had activated, 113-116 k
+/// against 128 k never, with skewed reads no better (usemem skew, 512 MiB
+/// under 256 MiB: 429-449 MB/s against 437-521).
+/// (A chunk whose every group came in this way stays PARTIAL, which is
+/// as good: each page mapped, and clean pages evicted by a zap.)
+const PARTIAL_MAX_GROUPS: u32 = chunk::GROUPS as u32;
 
-/// Whether a read fault at `addr` on chunk `ci`, stored or PARTIAL with the
+/// The groups (their first page's address) of the last faults on stored
+/// memory, in a small ring every resolver writes: a fault on the group
+/// right after one of these is a scan walking forward, and completes its
+/// chunk. Being mapped is not enough to tell: under random access a
+/// chunk's mapped groups neighbour a new fault by chance, as often as one
+/// in four faults with four of sixteen mapped, and each such completion
+/// decompressed a chunk for one page. Eight entries: the scans of a few
+/// threads at once, where random faults almost never hit.
+#[derive(Default)]
+pub(super) struct Recent {
+    groups: [std::sync::atomic::AtomicUsize; 8],
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Recent {
+    fn note(&self, group: usize) {
+        let i = self.next.fetch_add(1, Relaxed) % self.groups.len();
+        self.groups[i].store(group, Relaxed);
+    }
+
+    fn has(&self, group: usize) -> bool {
+        self.groups.iter().any(|g| g.load(Relaxed) == group)
+    }
+}
+
+/// Whether a fault at `addr` on chunk `ci`, stored or PARTIAL with the
 /// groups of `mask` mapped, installs only its group (the chunk becoming or
-/// staying PARTIAL), and which page. Only reads, with clean copies on: the
-/// group goes in write-protected with its copies kept, so that eviction is
-/// a zap and a write completes the chunk. A fault on the first page installs
+/// staying PARTIAL), and which page. A read's group goes in
+/// write-protected with its copies kept (with clean copies on), so that
+/// its eviction is a zap; a write's goes in writable, its copies taken
+/// (the chunk DIRTY), so that a random write costs one group's
+/// decompression and charge, as a random read does: a program whose reads
+/// write too (reference counts, access bits, a hash table's updates)
+/// otherwise brought its chunk whole on every random access (a Python
+/// heap of 40 MiB under 16 MiB: 1.5 million pages decompressed for 200
+/// thousand faults). A fault on the first page installs
 /// the whole chunk where the chunk before ends mapped (`scan_enters`), and
-/// so does one on the group right after a mapped one: that is how a forward
-/// scan enters and walks a chunk, and it would otherwise pay a fault per
-/// group. A page written back comes in alone too:
+/// so does one on the group right after a mapped one that faulted lately
+/// (`Recent`): that is how a forward scan enters and walks a chunk, and it
+/// would otherwise pay a fault per group. A page written back comes in alone too:
 /// a device read of the chunk's slots costs about the same as of one, but
 /// the whole chunk would be charged for the one page a random read wants,
 /// and under a tight budget those charges evict the hot chunks (measured on
@@ -490,13 +544,17 @@ fn sub_chunk(
     write: bool,
     mask: u16,
 ) -> Option<usize> {
-    if write || !sh.cfg.keep_copy || !sh.cfg.partial_faults || sh.order == 0 {
+    if (!write && !sh.cfg.keep_copy) || !sh.cfg.partial_faults || sh.order == 0 {
         return None;
     }
     let p = (addr - r.chunk_addr(ci, sh.chunk)) / PAGE_SIZE;
     let bit = chunk::group_bit(p, 1 << sh.order);
+    let group_bytes = chunk::group_pages(1 << sh.order) * PAGE_SIZE;
+    let group = addr & !(group_bytes - 1);
+    let walked = mask & (bit >> 1) != 0 && sh.recent.has(group - group_bytes);
+    sh.recent.note(group);
     if (p == 0 && scan_enters(r, ci, 1 << sh.order))
-        || mask & (bit >> 1) != 0
+        || walked
         || mask.count_ones() >= PARTIAL_MAX_GROUPS
     {
         return None;
@@ -522,8 +580,9 @@ fn scan_enters(r: &RegionInner, ci: usize, pages: usize) -> bool {
 }
 
 /// Install the group of page `p` of chunk `ci` (BUSY, ours; stored, or
-/// PARTIAL with the groups of `mask` mapped) write-protected, keeping its
-/// copies clean: the chunk is PARTIAL with that group added. Returns
+/// PARTIAL with the groups of `mask` mapped): for a read write-protected,
+/// keeping its copies clean; for a write writable, its copies taken, the
+/// chunk DIRTY. The chunk is PARTIAL with that group added. Returns
 /// whether it was installed; if not, the chunk is back as it was.
 fn install_group(
     sh: &Shared,
@@ -531,6 +590,7 @@ fn install_group(
     ci: usize,
     p: usize,
     mask: u16,
+    write: bool,
     scratch: &mut [u8],
 ) -> bool {
     let pages = 1usize << sh.order;
@@ -539,8 +599,14 @@ fn install_group(
     let back = if mask == 0 { STORED } else { PARTIAL };
     let base = r.chunk_addr(ci, sh.chunk);
     let key = sh.entry(r, ci).offset(p0 as u64);
+    let mode = if write {
+        LoadMode::Exclusive
+    } else {
+        LoadMode::KeepClean
+    };
+    let at = base + p0 * PAGE_SIZE;
     let buf = &mut scratch[p0 * PAGE_SIZE..(p0 + g) * PAGE_SIZE];
-    if let Err(e) = sh.zswap.load_pages(key, g, buf, LoadMode::KeepClean) {
+    if let Err(e) = sh.zswap.load_pages(key, g, buf, mode) {
         chunk::release(&r.state[ci], back, 0, 0);
         fail(
             sh,
@@ -555,21 +621,36 @@ fn install_group(
     // With REF, pages read once at random held resident memory for a whole
     // turn of the hand, as long as the hot chunks (usemem skew: read pass
     // 6% faster on average over 11 alternating pairs, better in 7).
-    let (flags, clear) = if mask == 0 {
+    let (mut flags, clear) = if mask == 0 {
         (
             workingset_refault(sh, r, ci),
-            REJECTED | ACTIVE | MASK_BITS | REF,
+            REJECTED | ACTIVE | MASK_BITS | REF | DIRTY,
         )
     } else {
         (REF, REJECTED | MASK_BITS)
     };
+    if write {
+        flags |= DIRTY;
+    }
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.faults_partial.fetch_add(1, Relaxed);
     let bytes = (g * PAGE_SIZE) as u64;
     sh.resident.fetch_add(bytes, Relaxed);
-    if let Err((e, _)) = copy_chunk(sh, base + p0 * PAGE_SIZE, buf, true) {
+    if let Err((e, mapped)) = copy_chunk(sh, at, buf, !write) {
         sh.resident.fetch_sub(bytes, Relaxed);
-        unmap_and_restore(sh, r, ci, p0..p0 + g, scratch, LoadMode::KeepClean);
+        if write && mapped > 0 {
+            // As `install`: what was placed writable may have been written
+            // already; protect it and take what it holds now.
+            if let Err(we) = sh.uffd.write_protect(at as *mut _, mapped) {
+                fail(sh, &format!("protecting a failed install: {we}"));
+            }
+            // SAFETY: the first `mapped` bytes from `at` are mapped, the
+            // chunk is ours (BUSY) under the live lock, and writes to it
+            // now trap.
+            let now = unsafe { std::slice::from_raw_parts(at as *const u8, mapped) };
+            buf[..mapped].copy_from_slice(now);
+        }
+        unmap_and_restore(sh, r, ci, p0..p0 + g, scratch, mode);
         chunk::release(&r.state[ci], back, 0, 0);
         fail(sh, &e);
         return false;
@@ -602,6 +683,9 @@ fn fill(
     let n = 1usize << sh.order;
     let base = r.chunk_addr(ci, sh.chunk);
     let first = sh.entry(r, ci);
+    // A chunk with writable groups has no clean copies of them to keep:
+    // completed, it is RESIDENT.
+    let write = write || r.state[ci].load(Acquire) & DIRTY != 0;
     let mode = if write {
         LoadMode::Exclusive
     } else {
@@ -643,7 +727,7 @@ fn fill(
             return false;
         }
     }
-    let clear = PART | MASK_BITS | REJECTED;
+    let clear = PART_BITS | REJECTED;
     if write {
         for i in mapped.into_iter().flatten() {
             sh.zswap.invalidate(first.offset(i as u64));
@@ -660,6 +744,29 @@ fn fill(
     }
     settled(sh, base);
     true
+}
+
+/// A write-protect fault on page `page` of PARTIAL chunk `ci` (BUSY, ours;
+/// the page's group mapped): the group's copies go stale, so they are
+/// dropped and its protection lifted. The chunk stays PARTIAL, now DIRTY
+/// and in use (REF); its other groups are left as they are.
+fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
+    let base = r.chunk_addr(ci, sh.chunk);
+    let g = chunk::group_pages(1 << sh.order);
+    let p0 = (page - base) / PAGE_SIZE / g * g;
+    sh.zswap
+        .invalidate_range(sh.entry(r, ci).offset(p0 as u64), g as u64);
+    let at = base + p0 * PAGE_SIZE;
+    if let Err(e) = sh
+        .uffd
+        .remove_write_protection(at as *mut _, g * PAGE_SIZE, false)
+    {
+        // Still protected, now with no copy: a valid PARTIAL group, which
+        // an eviction stores afresh.
+        fail(sh, &format!("unprotecting a partial chunk's group: {e}"));
+    }
+    chunk::release(&r.state[ci], PARTIAL, 0, REF | DIRTY);
+    sh.wake(base, sh.chunk);
 }
 
 /// A chunk at `base` was installed and its new state published: wake the

@@ -25,22 +25,29 @@
 //!               keeping clean copies (from the pool or the
 //!               device), install it write-protected, no REF
 //!               (BUSY)----------------------------------------> PARTIAL(m)
-//!   PARTIAL   --missing read fault in another group, fewer than
-//!               4 mapped, not next after a mapped one: load and
+//!   STORED    --missing write fault, the same places: load the
+//!               group exclusively, install it writable
+//!               (BUSY)----------------------------------------> PARTIAL(m)+DIRTY
+//!   PARTIAL   --missing fault in another group, not next after
+//!               a group that faulted lately (a scan): load and
 //!               install that group the same way, REF
 //!               (BUSY)----------------------------------------> PARTIAL(m')
-//!   PARTIAL   --any other missing read fault: load the rest
-//!               keeping clean copies, install them
+//!   PARTIAL   --write-protect fault on a mapped group: drop its
+//!               copies, unprotect it, REF (BUSY)--------------> PARTIAL(m)+DIRTY
+//!   PARTIAL   --a scan's missing read fault, not DIRTY: load the
+//!               rest keeping clean copies, install them
 //!               write-protected (BUSY)-------------------------> CLEAN
-//!   PARTIAL   --write fault (missing, or on a mapped page): load
-//!               the rest exclusively, install it protected, drop
-//!               the mapped pages' copies, unprotect (BUSY)----> RESIDENT
+//!   PARTIAL   --a scan's write fault, or any scan of a DIRTY
+//!               chunk: load the rest exclusively, install it
+//!               protected, drop the mapped pages' copies,
+//!               unprotect (BUSY)-------------------------------> RESIDENT
 //!   CLEAN     --write-protect fault: drop the copy, unprotect (BUSY)-> RESIDENT
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
 //!   CLEAN     --evict: claim the copy, zap only (EVICTING)----> STORED
 //!   CLEAN     --evict, copy dropped by the cache: store, zap (EVICTING)-> STORED
-//!   PARTIAL   --evict: claim the mapped pages' copies (or store
-//!               them), zap them (EVICTING)--------------------> STORED
+//!   PARTIAL   --evict: write-protect the mapped groups if DIRTY,
+//!               claim their copies (or store them), zap them
+//!               (EVICTING)------------------------------------> STORED
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
 //!   EVICTING  --a partial chunk's page store refused---------> PARTIAL
 //!   EVICTING  --zap refused: drop its copies, unprotect------> RESIDENT
@@ -64,9 +71,10 @@
 //! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN
 //! implies mapped and write-protected, with its copy in the cache unless the
 //! cache dropped it for room (`zswap::LoadMode::KeepClean`); PARTIAL(m)
-//! implies the pages of the groups in mask m mapped and write-protected
-//! with their copies as CLEAN's, and every other page unmapped and in the
-//! cache; STORED implies unmapped and every page of the chunk in the cache.
+//! implies the pages of the groups in mask m mapped, each either
+//! write-protected with its copy as CLEAN's (or none) or, only with DIRTY,
+//! writable with no copy, and every other page unmapped and in the cache;
+//! STORED implies unmapped and every page of the chunk in the cache.
 //! A chunk is split into 16 groups (one page each in chunks up to 64 KiB,
 //! `chunk::group_pages`). A PARTIAL chunk is charged its mapped pages; its
 //! word carries m (`chunk::PART`) through BUSY and EVICTING, so teardown
@@ -185,16 +193,16 @@ pub struct Config {
     /// write-protected, so evicting it again costs no compression if it was
     /// not written. Costs a write-protect fault on the first write.
     pub keep_copy: bool,
-    /// With `keep_copy`: a read fault on a stored chunk away from its first
-    /// page installs only the faulting page's group (one page in chunks up
-    /// to 64 KiB; write-protected, its copies kept clean) and the chunk
-    /// becomes PARTIAL; further random reads add their groups, up to four.
-    /// A fifth, a read of the group after a mapped one or of the first page
-    /// where the chunk before ends mapped (a forward scan), a write, or
-    /// `WillNeed` brings the whole chunk. A random 4 KiB read then costs
-    /// one page's decompression (or one page's device read, where it was
-    /// written back) and charge, and eviction one page's zap, not a
-    /// chunk's.
+    /// A fault on a stored chunk away from its first page installs only
+    /// the faulting page's group (one page in chunks up to 64 KiB) and the
+    /// chunk becomes PARTIAL: a read's write-protected with its copies
+    /// kept clean (with `keep_copy`), a write's writable. Further random
+    /// faults add their groups. A fault on the group after one that just
+    /// faulted, or on the first page where the chunk before ends mapped
+    /// (a forward scan), or `WillNeed`, brings the whole chunk. A random
+    /// 4 KiB access then costs one page's decompression (or one page's
+    /// device read, where it was written back) and charge, and eviction
+    /// one page's zap or store, not a chunk's.
     pub partial_faults: bool,
     /// A fault on never-touched memory zero-fills the untouched chunks of
     /// the aligned window of this many bytes around it (while under the
@@ -213,6 +221,12 @@ pub struct Config {
     /// not resident would then all fit in the pool compressed, with at least
     /// 30% of the budget left resident (see `region/share.rs`).
     pub adapt_pool_share: bool,
+    /// With `adapt_pool_share`: plan the share for the regions' whole
+    /// mappings, not only the memory touched so far (`share.rs`). False
+    /// where regions are reservations far larger than what will ever be
+    /// touched (the preload library's): planned for, they made every split
+    /// look hopeless and held the share at its floor.
+    pub plan_for_mapping: bool,
     /// Register a region with userfaultfd only once the instance's regions
     /// together are larger than the budget (or a `PageOut` hint needs it).
     /// Until then nothing can ever have to be evicted, so the memory stays
@@ -295,6 +309,7 @@ impl Default for Config {
             // saves more faults than a bigger pool saves device reads.
             pool_share_percent: 20,
             adapt_pool_share: true,
+            plan_for_mapping: true,
             defer_register: true,
             user_mode_only: false,
         }
@@ -494,6 +509,9 @@ struct Shared {
     /// Signal mode: threads resolving a fault now (the backstop's count of
     /// installs that may land at once).
     faulting: std::sync::atomic::AtomicUsize,
+    /// The groups of the last faults resolved on stored memory
+    /// (`fault::Recent`): what tells a scan from random access.
+    recent: fault::Recent,
     lat_pool: Histogram,
     lat_zero: Histogram,
     /// Zeros, the source of zero-fill installs (one fault-around window).
@@ -684,6 +702,7 @@ impl Uzswap {
             ctr: Counters::default(),
             signal,
             faulting: std::sync::atomic::AtomicUsize::new(0),
+            recent: Default::default(),
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],

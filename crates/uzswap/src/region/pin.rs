@@ -131,6 +131,13 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
             if !*r.live.read() {
                 return;
             }
+            if write && chunk::state(w) == PARTIAL {
+                // Which of its mapped pages are writable the word does not
+                // say (DIRTY is per chunk): complete it, then write-touch
+                // what is still protected.
+                let _ = fault::will_need(sh, r, ci..ci + 1);
+                continue;
+            }
             for p in (s & !(PAGE_SIZE - 1)..e).step_by(PAGE_SIZE) {
                 // SAFETY: `p` lies in a live region mapping; the access is
                 // resolved by the fault handler like any other. A write is
@@ -373,7 +380,7 @@ fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
         sh.resident.fetch_sub(charged, Relaxed);
     }
     sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
-    let clear = REF | ACTIVE | REJECTED | PART | MASK_BITS;
+    let clear = REF | ACTIVE | REJECTED | PART_BITS;
     if chunk::release(s, UNTOUCHED, clear, 0) {
         sh.wake(base, sh.chunk);
     }

@@ -128,7 +128,11 @@ pub(super) fn adapt(sh: &Shared, base: u64) {
     // cost nothing; the rest of the mapping is taken to have as many.
     let sized = o.pool_pages + o.device_pages;
     let mapped = *sh.mapped.lock() as f64 * sized as f64 / (sized + o.same_filled_pages) as f64;
-    let used = touched.max(mapped as u64);
+    let used = if sh.cfg.plan_for_mapping {
+        touched.max(mapped as u64)
+    } else {
+        touched
+    };
     let share = target(sh.cfg.budget, base, used, rho);
     let now = sh.zswap.max_pool_bytes();
     // Move in steps of at least 1/64 of the budget: each move makes the
