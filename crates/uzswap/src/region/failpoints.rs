@@ -3,7 +3,7 @@
 //! is one process-wide flag, so a test that arms one runs alone in its
 //! binary.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
 static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
@@ -11,6 +11,23 @@ static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
 static FAIL_PARTIAL_STORE: AtomicU32 = AtomicU32::new(0);
 static HOLD_PARTIAL_EVICT: AtomicBool = AtomicBool::new(false);
 static HOLDING: AtomicBool = AtomicBool::new(false);
+/// Milliseconds every fault waits before it is resolved (0: disarmed).
+static DELAY_FAULTS_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Every fault waits `ms` milliseconds before it is resolved, until
+/// disarmed with 0: a thread stays blocked on its fault long enough for a
+/// test to do something to it meanwhile.
+pub fn delay_faults(ms: u64) {
+    DELAY_FAULTS_MS.store(ms, Ordering::Release);
+}
+
+/// Wait out the fault delay, if armed.
+pub(super) fn take_delay() {
+    let ms = DELAY_FAULTS_MS.load(Ordering::Relaxed);
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
 
 /// The next `UFFDIO_COPY` installs the first half of its pages (whole
 /// pages, possibly none) and then fails.

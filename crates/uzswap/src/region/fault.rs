@@ -96,6 +96,7 @@ fn wait_readable(sh: &Shared) {
 
 /// Resolve one fault event at `addr`.
 fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], t0: Instant) {
+    super::failpoints::take_delay();
     let page = addr & !(PAGE_SIZE - 1);
     let Some(r) = sh.lookup(addr) else {
         sh.ctr.faults_stale.fetch_add(1, Relaxed);
@@ -123,6 +124,7 @@ pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Opt
     thread_local! {
         static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
+    super::failpoints::take_delay();
     let t0 = Instant::now();
     let fault = Fault::Signal { write };
     // What this allocates must not come from region memory: the program's
