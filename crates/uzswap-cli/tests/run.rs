@@ -245,33 +245,24 @@ fn the_exit_status_and_a_killing_signal_are_the_programs() {
     if !userfaultfd_works() {
         return;
     }
-    let o = run(
-        &[],
-        &[
-            "--budget",
-            "16M",
-            "--stats",
-            "/dev/null",
-            "--",
-            "sh",
-            "-c",
-            "exit 7",
-        ],
-    );
+    let sh = |script: &str| {
+        run(
+            &[],
+            &[
+                "--budget",
+                "16M",
+                "--stats",
+                "/dev/null",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        )
+    };
+    let o = sh("exit 7");
     assert_eq!(o.status.code(), Some(7));
-    let o = run(
-        &[],
-        &[
-            "--budget",
-            "16M",
-            "--stats",
-            "/dev/null",
-            "--",
-            "sh",
-            "-c",
-            "kill -TERM $$",
-        ],
-    );
+    let o = sh("kill -TERM $$");
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&o.status),
         Some(libc::SIGTERM)
