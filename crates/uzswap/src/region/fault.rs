@@ -117,10 +117,19 @@ enum Fault {
     Signal { write: Option<bool> },
 }
 
+thread_local! {
+    /// Set by `poison` in the thread that resolved the fault: in signal
+    /// mode, the faulting thread's own SIGBUS handler then hands the signal
+    /// on, as the kernel would deliver it.
+    static POISONED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Resolve a fault at `addr` of `r` in the thread that took it
 /// (`HandlerMode::Signal`, called from the SIGBUS handler). On return the
-/// access is retried.
-pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Option<bool>) {
+/// access is retried, unless this returns true: the page cannot be read
+/// back, and the SIGBUS is the program's (a poison marker also answers the
+/// retry with SIGBUS, but one that reads, as ours do, `BUS_ADRERR`).
+pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Option<bool>) -> bool {
     thread_local! {
         static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
@@ -149,6 +158,7 @@ pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Opt
         resolve_in(sh, r, addr, fault, &mut vec![0; sh.chunk], t0);
     }
     sh.faulting.fetch_sub(1, Relaxed);
+    POISONED.try_with(|p| p.replace(false)).unwrap_or(false)
 }
 
 /// Whether `page` of chunk `ci` in state `w` is mapped, so that a fault on
@@ -215,14 +225,20 @@ fn resolve_in(
                     Own::Owned(live, _) => live,
                 };
                 let res = if st == UNTOUCHED {
-                    install_zero_around(sh, r, ci)
+                    match install_zero_around(sh, r, ci) {
+                        true => Installed::Yes,
+                        false => Installed::Failed,
+                    }
                 } else if let Some(p) = sub_chunk(sh, r, ci, addr, write, 0) {
                     install_group(sh, r, ci, p, 0, write, scratch)
                 } else {
                     install(sh, r, ci, write, false, scratch)
                 };
+                if res == Installed::Unreadable {
+                    poison(sh, r, ci, page);
+                }
                 drop(live);
-                if res {
+                if res == Installed::Yes {
                     let lat = t0.elapsed().as_nanos() as u64;
                     if st == STORED {
                         sh.lat_pool.record(lat);
@@ -281,7 +297,10 @@ fn resolve_in(
                     Some(p) => install_group(sh, r, ci, p, mask, write, scratch),
                     None => fill(sh, r, ci, mask, wp || write, scratch),
                 };
-                if done {
+                if done == Installed::Unreadable {
+                    poison(sh, r, ci, page);
+                }
+                if done == Installed::Yes {
                     sh.lat_pool.record(t0.elapsed().as_nanos() as u64);
                 }
                 return;
@@ -382,6 +401,37 @@ fn refill_dropped(sh: &Shared, r: &RegionInner, ci: usize, page: usize, from: u3
     true
 }
 
+/// What an install came to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Installed {
+    Yes,
+    /// Not installed (a failed copy): the chunk is as it was and the
+    /// faulting thread stays parked.
+    Failed,
+    /// Its data cannot be read back (an I/O error, a failed checksum or
+    /// decompression): the chunk is as it was, its data still where it
+    /// was, and the fault gets SIGBUS (`poison`).
+    Unreadable,
+}
+
+/// A fault on `page` of chunk `ci` (in a live region: the caller holds its
+/// `live` lock) whose data cannot be read back: the kernel's answer to a
+/// swap-in I/O error is SIGBUS with the address, and so is ours. The page
+/// gets a poison marker, which also wakes its faulting thread: the access
+/// then raises SIGBUS (`BUS_MCEERR_AR`; in signal mode our handler passes
+/// it on as not ours), instead of sleeping on its fault for good or
+/// faulting again for ever. The rest of the region is served as before. A
+/// page a scan faulted on gets the marker even where another page of the
+/// chunk was the unreadable one (the whole chunk was to come in). The
+/// marker lasts until the page is discarded (`MADV_DONTNEED`) or unmapped.
+fn poison(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
+    if let Err(e) = uffd_sys::poison(uffd_fd(sh), page, PAGE_SIZE) {
+        fail(sh, &e);
+    }
+    let _ = POISONED.try_with(|p| p.set(true));
+    sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+}
+
 /// Taking a chunk to resolve a fault on it.
 enum Own<'a> {
     /// The region is being torn down: nothing to resolve.
@@ -420,7 +470,7 @@ fn install(
     write: bool,
     prefetch: bool,
     scratch: &mut [u8],
-) -> bool {
+) -> Installed {
     let base = r.chunk_addr(ci, sh.chunk);
     let keep = sh.cfg.keep_copy && !write;
     let mode = if keep {
@@ -434,7 +484,7 @@ fn install(
         // given wrong data, so the failure is loud.
         chunk::release(&r.state[ci], STORED, 0, 0);
         fail(sh, &format!("loading region {} chunk {ci}: {e}", r.id));
-        return false;
+        return Installed::Unreadable;
     }
     let flags = workingset_refault(sh, r, ci);
     if write || !prefetch {
@@ -464,13 +514,13 @@ fn install(
         // The faulting thread stays parked (woken, it would fault again).
         chunk::release(&r.state[ci], STORED, 0, 0);
         fail(sh, &e);
-        return false;
+        return Installed::Failed;
     }
     // Publish the state before waking, so the woken thread (and anything it
     // does next, like a hint) finds the chunk settled.
     chunk::release(&r.state[ci], to, REJECTED | ACTIVE, REF | flags);
     settled(sh, base);
-    true
+    Installed::Yes
 }
 
 /// A PARTIAL chunk takes faults one group at a time until it has this
@@ -594,7 +644,7 @@ fn install_group(
     mask: u16,
     write: bool,
     scratch: &mut [u8],
-) -> bool {
+) -> Installed {
     let pages = 1usize << sh.order;
     let g = chunk::group_pages(pages);
     let p0 = p / g * g;
@@ -614,7 +664,7 @@ fn install_group(
             sh,
             &format!("loading region {} chunk {ci} page {p0}: {e}", r.id),
         );
-        return false;
+        return Installed::Unreadable;
     }
     // The chunk's refault was counted when its first group came in. That
     // first group enters unreferenced: one random read is a use-once until
@@ -655,7 +705,7 @@ fn install_group(
         unmap_and_restore(sh, r, ci, p0..p0 + g, scratch, mode);
         chunk::release(&r.state[ci], back, 0, 0);
         fail(sh, &e);
-        return false;
+        return Installed::Failed;
     }
     let bits = chunk::part_bits(mask | chunk::group_bit(p, pages));
     chunk::release(&r.state[ci], PARTIAL, clear, flags | bits);
@@ -664,7 +714,7 @@ fn install_group(
     }
     // Faults on other pages of the chunk may have parked on it.
     settled(sh, base);
-    true
+    Installed::Yes
 }
 
 /// Complete PARTIAL chunk `ci` (BUSY, ours; the groups of `mask` mapped):
@@ -681,7 +731,7 @@ fn fill(
     mask: u16,
     write: bool,
     scratch: &mut [u8],
-) -> bool {
+) -> Installed {
     let n = 1usize << sh.order;
     let base = r.chunk_addr(ci, sh.chunk);
     let first = sh.entry(r, ci);
@@ -711,7 +761,7 @@ fn fill(
     if let Err(e) = res {
         chunk::release(&r.state[ci], PARTIAL, 0, 0);
         fail(sh, &format!("loading region {} chunk {ci}: {e}", r.id));
-        return false;
+        return Installed::Unreadable;
     }
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.partial_filled.fetch_add(1, Relaxed);
@@ -726,7 +776,7 @@ fn fill(
             }
             chunk::release(&r.state[ci], PARTIAL, 0, 0);
             fail(sh, &e);
-            return false;
+            return Installed::Failed;
         }
     }
     let clear = PART_BITS | REJECTED;
@@ -745,7 +795,7 @@ fn fill(
         chunk::release(&r.state[ci], CLEAN, clear, REF);
     }
     settled(sh, base);
-    true
+    Installed::Yes
 }
 
 /// A write-protect fault on page `page` of PARTIAL chunk `ci` (BUSY, ours;
@@ -962,13 +1012,22 @@ pub(super) fn will_need(
             break;
         }
         // Prefetched chunks count as read: they stay clean when keep_copy.
-        if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_ok() {
-            install(sh, r, ci, false, true, &mut scratch);
+        let res = if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_ok() {
+            install(sh, r, ci, false, true, &mut scratch)
         } else if let Ok(w) = chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0) {
             let m = chunk::part_mask(w).expect("PARTIAL without its mask");
-            fill(sh, r, ci, m, false, &mut scratch);
-        }
+            fill(sh, r, ci, m, false, &mut scratch)
+        } else {
+            Installed::Yes
+        };
         drop(live);
+        if res == Installed::Unreadable {
+            // The data stays where it was; a fault on it gets SIGBUS.
+            return Err(RegionError::Os(format!(
+                "region {} chunk {ci}: a stored page cannot be read back",
+                r.id
+            )));
+        }
     }
     Ok(())
 }

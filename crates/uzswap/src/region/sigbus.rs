@@ -97,7 +97,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     });
     let found = found.flatten();
     match found {
-        Some((sh, r)) => fault::resolve_here(&sh, &r, addr, is_write(ctx)),
+        Some((sh, r)) => {
+            if fault::resolve_here(&sh, &r, addr, is_write(ctx)) {
+                chain(sig, code, info, ctx);
+            }
+        }
         None => chain(sig, code, info, ctx),
     }
     // SAFETY: as above.

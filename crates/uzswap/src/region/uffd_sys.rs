@@ -18,6 +18,9 @@ const UFFD_API: u64 = 0xAA;
 const UFFDIO_API: libc::c_ulong = 0xc018_aa3f;
 /// `_IOWR(0xAA, 0x03, struct uffdio_copy)`.
 const UFFDIO_COPY: libc::c_ulong = 0xc028_aa03;
+/// `_IOWR(UFFDIO, _UFFDIO_POISON, struct uffdio_poison)` (Linux 6.6+; the
+/// userfaultfd crate does not wrap it).
+const UFFDIO_POISON: libc::c_ulong = 0xc020_aa08;
 /// `_IO(0xAA, 0x00)` on `/dev/userfaultfd`.
 const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xaa00;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
@@ -232,6 +235,34 @@ pub unsafe fn copy(
             format!("UFFDIO_COPY at {dst:#x} ({len} bytes): {}", errstr(e)),
             done,
         )),
+    }
+}
+
+#[repr(C)]
+struct UffdioPoison {
+    start: u64,
+    len: u64,
+    mode: u64,
+    updated: i64,
+}
+
+/// Install poison markers over `addr..addr+len` and wake the threads
+/// faulting there: an access then raises SIGBUS (`BUS_MCEERR_AR`) with the
+/// address, as the kernel does for a page it cannot read back from swap.
+/// Pages already mapped are left alone (EEXIST is success).
+pub fn poison(fd: RawFd, addr: usize, len: usize) -> Result<(), String> {
+    let mut p = UffdioPoison {
+        start: addr as u64,
+        len: len as u64,
+        mode: 0,
+        updated: 0,
+    };
+    // SAFETY: UFFDIO_POISON reads and writes one `struct uffdio_poison`
+    // and only changes page tables of the registered range.
+    let r = unsafe { libc::ioctl(fd, UFFDIO_POISON, &mut p as *mut UffdioPoison) };
+    match (r, errno()) {
+        (0, _) | (_, libc::EEXIST) => Ok(()),
+        (_, e) => Err(format!("UFFDIO_POISON at {addr:#x}: {}", errstr(e))),
     }
 }
 
