@@ -435,3 +435,40 @@ fn groups_of_several_pages_in_large_chunks() {
     }
     assert_eq!(uz.stats().fault_errors, 0);
 }
+
+#[test]
+fn a_chunk_faulted_densely_comes_in_whole() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    let chunk = uz.chunk_bytes();
+    // Eight chunks resident: faults that close together are dense.
+    r.advise(8 * chunk..16 * chunk, Advice::WillNeed).unwrap();
+    assert_eq!(uz.stats().resident_bytes, 8 * chunk as u64);
+    // Three random groups of chunk 1, then a fourth: completed.
+    for i in [PER + 2, PER + 5, PER + 9] {
+        check(&r, i);
+    }
+    let before = uz.stats();
+    check(&r, PER + 13);
+    let st = uz.stats();
+    assert_eq!(st.partial_filled, before.partial_filled + 1, "{st:?}");
+    assert_eq!(st.faults_partial, before.faults_partial, "{st:?}");
+    // The same three groups of chunk 2 with more faults than resident
+    // chunks in between: random, so the fourth comes in alone.
+    for i in [2 * PER + 2, 2 * PER + 5, 2 * PER + 9] {
+        check(&r, i);
+        for c in 3..6 {
+            check(&r, c * PER + 3 + (i % PER));
+        }
+    }
+    let before = uz.stats();
+    check(&r, 2 * PER + 13);
+    let st = uz.stats();
+    assert_eq!(st.partial_filled, before.partial_filled, "{st:?}");
+    assert_eq!(st.faults_partial, before.faults_partial + 1, "{st:?}");
+    for i in 0..r.len() / PAGE_SIZE {
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().fault_errors, 0);
+}

@@ -542,6 +542,22 @@ fn install(
 /// as good: each page mapped, and clean pages evicted by a zap.)
 const PARTIAL_MAX_GROUPS: u32 = chunk::GROUPS as u32;
 
+/// A PARTIAL chunk whose fault on a further group finds this many already
+/// mapped, all brought in within as many faults (the instance's) as there
+/// are resident chunks, is dense: its pages are in use together (the hot
+/// part of a skewed working set), and it is completed. The distance is
+/// the workingset's (`workingset_refault`): pages faulted that close
+/// together would all have stayed resident with the chunk. Random access
+/// spreads a chunk's faults far wider (a Python heap, usemem's random row),
+/// and the same count over any time completed chunks for pages never used
+/// (see `PARTIAL_MAX_GROUPS`). usemem skew, index, 256 MiB under 128 MiB,
+/// alternating: 18.5-19.1 k faults with no density rule, 15.0-15.1 k with
+/// it, 12.3-12.4 k completing at 4 groups whatever the time (read pass
+/// 228-261, 296-339, 332-402 MB/s on a busy machine); the random row and
+/// the Python heap within noise of no rule (the heap decompresses 8% more
+/// pages).
+const DENSE_GROUPS: u32 = 3;
+
 /// The groups (their first page's address) of the last faults on stored
 /// memory, in a small ring every resolver writes: a fault on the group
 /// right after one of these is a scan walking forward, and completes its
@@ -605,8 +621,14 @@ fn sub_chunk(
     let group = addr & !(group_bytes - 1);
     let walked = mask & (bit >> 1) != 0 && sh.recent.has(group - group_bytes);
     sh.recent.note(group);
+    let dense = mask.count_ones() >= DENSE_GROUPS && {
+        let now = sh.ctr.pgmajfault.load(Relaxed) as u32;
+        let age = now.wrapping_sub(r.shadow[ci].load(Relaxed)) as u64;
+        age <= sh.resident.load(Relaxed) / sh.chunk as u64
+    };
     if (p == 0 && scan_enters(r, ci, 1 << sh.order))
         || walked
+        || dense
         || mask.count_ones() >= PARTIAL_MAX_GROUPS
     {
         return None;
@@ -706,6 +728,10 @@ fn install_group(
         chunk::release(&r.state[ci], back, 0, 0);
         fail(sh, &e);
         return Installed::Failed;
+    }
+    if mask == 0 {
+        // While PARTIAL the shadow holds when its first group came in.
+        r.shadow[ci].store(sh.ctr.pgmajfault.load(Relaxed) as u32, Relaxed);
     }
     let bits = chunk::part_bits(mask | chunk::group_bit(p, pages));
     chunk::release(&r.state[ci], PARTIAL, clear, flags | bits);
