@@ -29,12 +29,13 @@
 //!               group exclusively, install it writable
 //!               (BUSY)----------------------------------------> PARTIAL(m)+DIRTY
 //!   PARTIAL   --missing fault in another group, not next after
-//!               a group that faulted lately (a scan): load and
-//!               install that group the same way, REF
+//!               a group that faulted lately (a scan), nor the
+//!               fourth within the resident distance (dense): load
+//!               and install that group the same way, REF
 //!               (BUSY)----------------------------------------> PARTIAL(m')
 //!   PARTIAL   --write-protect fault on a mapped group: drop its
 //!               copies, unprotect it, REF (BUSY)--------------> PARTIAL(m)+DIRTY
-//!   PARTIAL   --a scan's missing read fault, not DIRTY: load the
+//!   PARTIAL   --a scan's (or dense) missing read fault, not DIRTY: load the
 //!               rest keeping clean copies, install them
 //!               write-protected (BUSY)-------------------------> CLEAN
 //!   PARTIAL   --a scan's write fault, or any scan of a DIRTY
