@@ -62,6 +62,9 @@ typedef struct uzswap_config {
     const char *compressor;    /* "lz4", "lzo", "zstd", "zstd:3", "deflate"...; NULL = default (lz4) */
     bool writeback;            /* write the coldest compressed pages to a swap file (default true) */
     const char *writeback_dir; /* directory of the (unlinked) swap file; NULL = $TMPDIR, else /tmp */
+    /* Version 2 (a version-1 caller's smaller `size` keeps the default): */
+    bool writeback_plain;      /* write pages to the swap file unsealed; default false: each is
+                                  sealed with AES-256-GCM under a key held only in memory */
 } uzswap_config_t;
 
 /* Advice for uzswap_advise. */

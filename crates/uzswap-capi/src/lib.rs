@@ -35,8 +35,9 @@ pub const UZSWAP_ADVICE_COLD: c_int = 1;
 pub const UZSWAP_ADVICE_PAGEOUT: c_int = 2;
 pub const UZSWAP_ADVICE_WILLNEED: c_int = 3;
 
-/// `uzswap_config_t`, field for field. Version 1; later versions only add
-/// fields at the end, and `size` says which version the caller filled in.
+/// `uzswap_config_t`, field for field. Version 2; later versions only add
+/// fields at the end, and `size` says which version the caller filled in
+/// (version 1 ended before `writeback_plain`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct UzswapConfigC {
@@ -50,7 +51,13 @@ pub struct UzswapConfigC {
     /// make an invalid Rust `bool`.
     pub writeback: u8,
     pub writeback_dir: *const c_char,
+    /// Version 2. C `bool`, read as a byte: write pages to the swap file
+    /// unsealed (default 0: each is sealed with AES-256-GCM).
+    pub writeback_plain: u8,
 }
+
+/// The `size` of a version-1 config: everything before `writeback_plain`.
+const V1_SIZE: usize = std::mem::offset_of!(UzswapConfigC, writeback_plain);
 
 /// A `size` above this is not a config struct of any version: most likely
 /// the caller did not start from `uzswap_config_default`.
@@ -159,6 +166,7 @@ fn default_c_config() -> UzswapConfigC {
         compressor: std::ptr::null(),
         writeback: d.writeback.is_some() as u8,
         writeback_dir: std::ptr::null(),
+        writeback_plain: (!d.zswap.writeback_encrypted) as u8,
     }
 }
 
@@ -171,7 +179,7 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
     let ours = std::mem::size_of::<UzswapConfigC>();
     // SAFETY: every version starts with `size`, so it can always be read.
     let size = unsafe { std::ptr::addr_of!((*p).size).read_unaligned() };
-    if size < ours || size > MAX_CONFIG_SIZE {
+    if (size != V1_SIZE && size < ours) || size > MAX_CONFIG_SIZE {
         return Err(err(
             UZSWAP_EINVAL,
             format!(
@@ -183,16 +191,28 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
     // A newer header's fields beyond ours: fine while they are zero (the
     // caller did not set them), as the kernel's copy_struct_from_user.
     // SAFETY: the caller's struct is `size` bytes long.
-    let tail = unsafe { std::slice::from_raw_parts((p as *const u8).add(ours), size - ours) };
+    let tail = unsafe {
+        std::slice::from_raw_parts((p as *const u8).add(ours), size.saturating_sub(ours))
+    };
     if tail.iter().any(|&b| b != 0) {
         return Err(err(
             UZSWAP_E2BIG,
             "config sets fields this version of libuzswap does not know",
         ));
     }
-    // SAFETY: `size >= ours`, so the whole struct is readable; every field
-    // is an integer or a raw pointer, valid for any bits.
-    let c = unsafe { p.read_unaligned() };
+    // An older version's caller filled in fewer fields: the rest keep
+    // their defaults.
+    let mut c = default_c_config();
+    // SAFETY: `min(size, ours)` bytes are readable at `p` (the caller's
+    // struct is `size` long) and writable in `c`; every field is an integer
+    // or a raw pointer, valid for any bits.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            p as *const u8,
+            (&mut c as *mut UzswapConfigC).cast::<u8>(),
+            size.min(ours),
+        )
+    };
     let mut cfg = Config {
         budget: if c.budget == 0 { u64::MAX } else { c.budget },
         folio_order: c.folio_order,
@@ -216,6 +236,7 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
     }
     // SAFETY: as above.
     let dir = unsafe { opt_str(c.writeback_dir, "writeback_dir") }?;
+    cfg.zswap.writeback_encrypted = c.writeback_plain == 0;
     cfg.writeback = match (c.writeback != 0, dir) {
         (true, dir) => Some(Writeback {
             dir: dir.map(Into::into),
@@ -457,4 +478,42 @@ pub extern "C" fn uzswap_last_error() -> *const c_char {
     // The CString stays in the thread-local, unchanged until the next
     // failure on this thread, so the pointer outlives this call.
     LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writeback_is_sealed_unless_the_caller_asks_for_plain() {
+        let mut c = default_c_config();
+        assert_eq!(c.writeback_plain, 0);
+        // SAFETY: a whole config of this version.
+        let cfg = unsafe { read_config(&c) }.unwrap();
+        assert!(cfg.zswap.writeback_encrypted);
+        c.writeback_plain = 1;
+        // SAFETY: as above.
+        let cfg = unsafe { read_config(&c) }.unwrap();
+        assert!(!cfg.zswap.writeback_encrypted);
+    }
+
+    /// A program built against the version-1 header passes the smaller
+    /// size; the field it does not have keeps its default (sealed), whatever
+    /// lies in memory after its struct.
+    #[test]
+    fn version_1_configs_are_read_with_defaults_for_the_rest() {
+        let mut c = default_c_config();
+        c.size = V1_SIZE;
+        c.budget = 32 << 20;
+        c.writeback_plain = 1; // beyond a v1 struct: must not be read
+                               // SAFETY: at least `V1_SIZE` bytes are readable at `&c`.
+        let cfg = unsafe { read_config(&c) }.unwrap();
+        assert_eq!(cfg.budget, 32 << 20);
+        assert!(cfg.zswap.writeback_encrypted);
+        // Between versions: not a size of any version.
+        c.size = V1_SIZE + 1;
+        // SAFETY: as above.
+        let e = unsafe { read_config(&c) }.unwrap_err();
+        assert_eq!(e.code, UZSWAP_EINVAL);
+    }
 }

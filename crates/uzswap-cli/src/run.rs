@@ -36,6 +36,12 @@ pub struct Args {
     /// Size of that swap file (default: 8x the budget, at least 1 GiB).
     #[arg(long, value_parser = parse_size)]
     pub swap_size: Option<u64>,
+    /// Write pages to the swap file as they are. By default each is sealed
+    /// (AES-256-GCM) under a random key the program's process holds only in
+    /// memory, so the file is unreadable and a page changed in it fails to
+    /// load rather than loading wrong.
+    #[arg(long)]
+    pub writeback_plain: bool,
     /// Append each process's figures (JSON, one line each) to FILE at its
     /// exit; without it they go to stderr (or, with --json, into the
     /// summary).
@@ -240,6 +246,10 @@ pub fn run(a: Args) -> Result<()> {
         (
             "UZSWAP_STATS_EVERY",
             a.stats_every.map(|s| s.to_string().into()),
+        ),
+        (
+            "UZSWAP_WRITEBACK_PLAIN",
+            a.writeback_plain.then(|| "1".into()),
         ),
         ("UZSWAP_NO_INHERIT", a.no_inherit.then(|| "1".into())),
         ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),

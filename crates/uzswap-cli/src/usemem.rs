@@ -64,44 +64,7 @@ impl Access {
     }
 }
 
-/// Parse a size with an optional K/M/G suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mul = match c.to_ascii_lowercase() {
-                'k' => 1u64 << 10,
-                'm' => 1 << 20,
-                'g' => 1 << 30,
-                't' => 1 << 40,
-                _ => return Err(format!("bad size suffix in '{s}' (use K, M, G or T)")),
-            };
-            (&s[..i], mul)
-        }
-        _ => (s, 1),
-    };
-    // Whole numbers exactly (an f64 holds integers only up to 2^53), with
-    // the multiplication checked.
-    if let Ok(n) = num.trim().parse::<u64>() {
-        return n
-            .checked_mul(mul)
-            .ok_or_else(|| format!("size '{s}' is too large (more than 2^64 - 1 bytes)"));
-    }
-    let n: f64 = num.trim().parse().map_err(|_| format!("bad size '{s}'"))?;
-    // `as u64` saturates: infinity, or 1e30, would become u64::MAX, which
-    // means "no budget" downstream.
-    if !n.is_finite() || n < 0.0 {
-        return Err(format!("bad size '{s}': not a finite, non-negative number"));
-    }
-    let bytes = n * mul as f64;
-    // 2^64 is the first f64 above every u64.
-    if bytes >= 18_446_744_073_709_551_616.0 {
-        return Err(format!(
-            "size '{s}' is too large (more than 2^64 - 1 bytes)"
-        ));
-    }
-    Ok(bytes as u64)
-}
+pub use uzswap_cli::parse::parse_size;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -194,6 +157,10 @@ pub struct Args {
     /// uzswap: no swap device; every compressed page stays in the pool.
     #[arg(long)]
     pub no_writeback: bool,
+    /// uzswap: write pages to the swap file as they are, not sealed
+    /// (AES-256-GCM under a key only this process holds, the default).
+    #[arg(long)]
+    pub writeback_plain: bool,
     /// uzswap: back the pool with transparent huge pages once it holds
     /// 2 MiB (off by default: see docs/BENCHMARKS.md, "Huge arenas off").
     #[arg(long)]
@@ -546,6 +513,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         cfg.zswap.compressor = args.compressor.clone();
         cfg.zswap.recompress = args.recompress.clone();
         cfg.zswap.huge_arenas = args.huge_arenas;
+        cfg.zswap.writeback_encrypted = !args.writeback_plain;
         if args.no_writeback {
             cfg.writeback = None;
         } else if let Some(wb) = cfg.writeback.as_mut() {

@@ -33,39 +33,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     }
 }
 
-/// Longest `--secs` accepted: a benchmark case longer than an hour is a
-/// typo, and `Duration::from_secs_f64` panics on values past its range.
-pub const MAX_SECS: f64 = 3600.0;
-
-/// Most threads a benchmark may start: well above any machine these run on,
-/// far below where spawning fails (each thread has its own stack).
-pub const MAX_THREADS: usize = 1024;
-
-/// A duration in seconds: finite, above zero, at most [`MAX_SECS`].
-pub fn parse_secs(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if !v.is_finite() || v <= 0.0 || v > MAX_SECS {
-        return Err(format!(
-            "{s} seconds is out of range: must be above 0 and at most {MAX_SECS}"
-        ));
-    }
-    Ok(v)
-}
-
-/// A thread count, 1..=[`MAX_THREADS`].
-pub fn parse_threads(s: &str) -> Result<usize, String> {
-    let v: usize = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a thread count"))?;
-    if !(1..=MAX_THREADS).contains(&v) {
-        return Err(format!("{v} threads is out of range 1..={MAX_THREADS}"));
-    }
-    Ok(v)
-}
+pub use uzswap_cli::parse::{parse_secs, parse_threads};
 
 /// A count in `lo..=hi`, for `value_parser = usize_in(lo, hi)`.
 pub fn usize_in(

@@ -49,6 +49,10 @@ pub struct Args {
     /// Directory for the swap file.
     #[arg(long)]
     pub swap_dir: Option<std::path::PathBuf>,
+    /// Write pages back unsealed (the default seals each with AES-256-GCM):
+    /// run both ways to see what sealing costs.
+    #[arg(long)]
+    pub writeback_plain: bool,
     /// Pages in the device-format measurement.
     #[arg(long, default_value_t = 8192, value_parser = super::u64_in(1, 1 << 24))]
     pub format_pages: u64,
@@ -160,6 +164,7 @@ fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<Run
         compressor: args.compressor.clone(),
         max_pool_bytes: budget / 100 * 90,
         shrinker_enabled: shrinker,
+        writeback_encrypted: !args.writeback_plain,
         swap_device: Some(device(args, total)),
         psi_trigger: None,
         ..Default::default()
@@ -262,6 +267,7 @@ fn format_run(
     let z = Zswap::new(ZswapConfig {
         compressor: args.compressor.clone(),
         writeback_compressed: compressed,
+        writeback_encrypted: !args.writeback_plain,
         store_incompressible: true,
         swap_device: Some(device(args, n)),
         psi_trigger: None,
@@ -355,6 +361,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cpu_reduction * 100.0,
         refault_increase * 100.0
     );
+    println!(
+        "writeback {}",
+        if args.writeback_plain {
+            "plain (--writeback-plain)"
+        } else {
+            "sealed (AES-256-GCM)"
+        }
+    );
     println!("device format: compressed {fmt_c}");
     println!("device format: plain      {fmt_p}");
     if args.json {
@@ -366,6 +380,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "cpu_reduction": cpu_reduction,
                 "refault_increase": refault_increase,
                 "writeback_format": {"compressed": fmt_c, "plain": fmt_p},
+                "writeback_encrypted": !args.writeback_plain,
                 "command": command.join(" "),
             })
         );

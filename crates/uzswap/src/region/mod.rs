@@ -127,8 +127,10 @@
 
 mod chunk;
 mod evict;
-#[doc(hidden)]
+#[cfg(feature = "failpoints")]
 pub mod failpoints;
+#[cfg(not(feature = "failpoints"))]
+mod failpoints;
 mod fault;
 mod latency;
 mod pagemap;

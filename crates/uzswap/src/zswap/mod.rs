@@ -21,6 +21,8 @@
 //! - `store`, `load`, `invalidate`: the operations.
 //! - `writeback`: pool -> device, and device reads on load.
 //! - `swap_map`: per-slot counts of the packed objects on the device.
+//! - `seal`: encryption and authentication of the pages on the device;
+//!   `secret`: never-dumped memory for its key and the write staging.
 //! - `shrinker`: when and how much to write back (seed 003), its thread.
 //! - `stats`: counters with the kernel's names.
 //!
@@ -84,6 +86,8 @@ mod load;
 mod lru;
 mod recompress;
 mod same_filled;
+mod seal;
+mod secret;
 mod shrinker;
 mod stats;
 mod store;
@@ -167,6 +171,13 @@ pub struct ZswapConfig {
     /// Keep written-back pages compressed on the device (default) or write
     /// them as plain pages. docs/ARCHITECTURE.md has the measurements.
     pub writeback_compressed: bool,
+    /// Seal every page written to the swap device with AES-256-GCM under a
+    /// key only this instance holds (default), so the file never holds
+    /// program data in clear and a page changed on disk fails its load
+    /// (`LoadError::Checksum`) instead of loading wrong. Off: pages go to
+    /// the file as they are (`--writeback-plain`). docs/BENCHMARKS.md has
+    /// the cost.
+    pub writeback_encrypted: bool,
     /// The pool's share of the memory budget: above it, the shrinker thread
     /// writes back proactively (with seed 003's heuristics) before the hard
     /// limit refuses stores. `u64::MAX`: none.
@@ -205,6 +216,7 @@ impl Default for ZswapConfig {
             shrinker_enabled: true,
             swap_device: None,
             writeback_compressed: true,
+            writeback_encrypted: true,
             pool_share_bytes: u64::MAX,
             recompress: None,
             psi_trigger: Some("some 150000 1000000".into()),
@@ -234,6 +246,8 @@ pub enum ZswapError {
     Swap(#[from] crate::swap::SwapError),
     #[error("cannot start the shrinker thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot set up writeback encryption: {0}")]
+    Seal(std::io::Error),
 }
 
 /// Why a store did not happen. The page (or folio) stays with the caller.
@@ -310,6 +324,9 @@ pub struct Zswap {
     clean_cursor: std::sync::atomic::AtomicUsize,
     /// Users of each device slot (with a device).
     swap_map: Option<swap_map::SwapMap>,
+    /// The key and tags of sealed writeback (with a device, unless
+    /// `writeback_encrypted` is off).
+    sealer: Option<seal::Sealer>,
     /// Where the shrinker thread starts writing back (`pool_share_bytes`,
     /// adjustable while running).
     share_bytes: AtomicU64,
@@ -393,6 +410,12 @@ impl Zswap {
         let swap_map = device
             .as_ref()
             .map(|d| swap_map::SwapMap::new(d.capacity()));
+        let sealer = match &device {
+            Some(d) if cfg.writeback_encrypted => {
+                Some(seal::Sealer::new(d.capacity()).map_err(ZswapError::Seal)?)
+            }
+            _ => None,
+        };
         Ok(Zswap {
             limit: PoolLimit::new(cfg.max_pool_bytes, cfg.accept_threshold_percent),
             engine,
@@ -409,6 +432,7 @@ impl Zswap {
             shrink: Arc::default(),
             clean_cursor: Default::default(),
             swap_map,
+            sealer,
             share_bytes: AtomicU64::new(cfg.pool_share_bytes),
             cfg,
         })
@@ -509,6 +533,12 @@ impl Zswap {
         self.device.is_some() && self.writeback_on.load(Ordering::Relaxed)
     }
 
+    /// Whether pages written back are sealed
+    /// ([`ZswapConfig::writeback_encrypted`], with a device).
+    pub fn writeback_encrypted(&self) -> bool {
+        self.sealer.is_some()
+    }
+
     /// Move objects out of sparse pool spans and give emptied spans back.
     pub fn compact(&self) -> crate::zpool::CompactStats {
         self.pool.compact()
@@ -519,8 +549,9 @@ fn folio_bytes(order: u32) -> usize {
     PAGE_SIZE << order
 }
 
-/// Deliberate damage, for tests that show corruption is caught.
-#[doc(hidden)]
+/// Deliberate damage, for tests that show corruption is caught (feature
+/// `failpoints`: not in a build that serves programs).
+#[cfg(feature = "failpoints")]
 #[derive(Clone, Copy, Debug)]
 pub enum Corruption {
     /// Flip a bit of the entry's stored checksum (as a flipped bit in the
@@ -530,10 +561,10 @@ pub enum Corruption {
     SwapObjectWith(SwapEntry),
 }
 
+#[cfg(feature = "failpoints")]
 impl Zswap {
     /// Damage a stored entry on purpose. Returns false if it is not stored
     /// (or, for `SwapObjectWith`, either entry is same-filled).
-    #[doc(hidden)]
     pub fn debug_corrupt(&self, entry: SwapEntry, how: Corruption) -> bool {
         match how {
             Corruption::Checksum => match self.tree.lock(entry, 1).get_mut(entry) {

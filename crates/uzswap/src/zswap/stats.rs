@@ -22,6 +22,7 @@ pub(crate) struct Counters {
     pub reject_reclaim_fail: AtomicU64,
     pub decompress_fail: AtomicU64,
     pub checksum_fail: AtomicU64,
+    pub seal_fail: AtomicU64,
     pub invalidated_pages: AtomicU64,
     pub written_back_pages: AtomicU64,
     pub pswpout: AtomicU64,
@@ -86,6 +87,9 @@ pub struct ZswapStats {
     pub reject_reclaim_fail: u64,
     pub decompress_fail: u64,
     pub checksum_fail: u64,
+    /// Pages read from the swap device that failed authentication (each
+    /// also counted in `checksum_fail`: it is the same load error).
+    pub seal_fail: u64,
     pub invalidated_pages: u64,
     /// Pages written back to the swap device (debugfs written_back_pages;
     /// equal to `zswpwb`, kept under both of the kernel's names).
@@ -166,6 +170,7 @@ impl Counters {
             reject_reclaim_fail: g(&self.reject_reclaim_fail),
             decompress_fail: g(&self.decompress_fail),
             checksum_fail: g(&self.checksum_fail),
+            seal_fail: g(&self.seal_fail),
             invalidated_pages: g(&self.invalidated_pages),
             written_back_pages: g(&self.written_back_pages),
             pswpout: g(&self.pswpout),

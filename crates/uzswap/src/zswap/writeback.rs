@@ -16,8 +16,9 @@
 //!    of consecutive keys (a folio) out back to back, objects straddling
 //!    slot boundaries, in as few contiguous slots as hold it (falling back
 //!    to smaller orders, then the run goes out in parts), count each
-//!    slot's users in the swap map (`swap_map`), and write the run with
-//!    one vectored write.
+//!    slot's users in the swap map (`swap_map`), seal each page of the run
+//!    (`seal`, unless writeback is plain) in the thread's staging buffer
+//!    (`secret`), and write the run with one write.
 //! 3. Under the shard lock again: an isolated entry that still has the same
 //!    `lru_seq` and handle is switched to its device form (it leaves the
 //!    LRU); one that was loaded, invalidated or replaced meanwhile is left
@@ -39,7 +40,10 @@
 //! the same key in between.
 //!
 //! Loads of written-back pages read each stretch of adjacent or shared
-//! slots their objects touch with one read (after hinting the device's
+//! slots their objects touch with one read, and open (authenticate and
+//! decrypt) every page of it before any object in it is used: a page that
+//! fails is a `LoadError::Checksum` of the entry whose object it holds,
+//! the same error as a corrupt pool object, and the entries stay stored (after hinting the device's
 //! readahead window, page-cluster, to the kernel when it goes through the
 //! page cache); an exclusive load that succeeds drops its objects' slot
 //! counts, and a slot goes back with its last user.
@@ -52,6 +56,8 @@
 
 use super::entry::{checksum, Payload, SwapEntry, ZswapEntry};
 use super::lru::Node;
+use super::seal::SealError;
+use super::secret::with_staging;
 use super::stats::Counters;
 use super::swap_map::DevicePlace;
 use super::tree::ShardGuard;
@@ -60,6 +66,7 @@ use crate::compress::{CompressCtx, CompressorId};
 use crate::swap::{SwapDevice, SwapSlot};
 use crate::zpool::Handle;
 use crate::{MAX_ORDER, PAGE_SIZE};
+use zeroize::Zeroizing;
 
 /// Nodes taken from one ring per step (kernel reclaim's SWAP_CLUSTER_MAX).
 const WB_BATCH: usize = 32;
@@ -112,8 +119,8 @@ pub(super) struct Candidate {
     pub seq: u64,
     pub handle: Handle,
     /// The object as it goes on the device (packed with its run), or the
-    /// plain page; `len` bytes of it count.
-    pub data: Box<[u8]>,
+    /// plain page; `len` bytes of it count. Program data: wiped on drop.
+    pub data: Zeroizing<Box<[u8]>>,
     pub len: u16,
     pub comp: Option<CompressorId>,
     pub csum: u32,
@@ -139,9 +146,9 @@ fn continues_run(batch: &[Candidate], next: Option<Node>) -> bool {
 }
 
 /// Objects a load read from the device: `index[i]` is the byte offset of
-/// entry i's object in `buf`.
+/// entry i's object in `buf` (program data once opened: wiped on drop).
 pub(super) struct DevicePages {
-    pub buf: Vec<u8>,
+    pub buf: Zeroizing<Vec<u8>>,
     pub index: Vec<Option<usize>>,
 }
 
@@ -317,7 +324,7 @@ impl Zswap {
         let Payload::Pool { handle, len, comp } = e.payload else {
             unreachable!("only pool entries are on the LRU")
         };
-        let mut data = vec![0u8; PAGE_SIZE].into_boxed_slice();
+        let mut data = Zeroizing::new(vec![0u8; PAGE_SIZE].into_boxed_slice());
         self.pool
             .read(handle, |obj| data[..obj.len()].copy_from_slice(obj));
         Candidate {
@@ -400,16 +407,23 @@ impl Zswap {
                     let r = dev.free(SwapSlot(slot.0 + used as u64), (1u64 << got) - used as u64);
                     debug_assert!(r.is_ok(), "{r:?}");
                 }
-                let mut buf = vec![0u8; used * PAGE_SIZE];
-                let mut o = 0;
-                for c in &batch[i..i + n] {
-                    buf[o..o + c.len as usize].copy_from_slice(&c.data[..c.len as usize]);
-                    o += c.len as usize;
-                }
                 let map = self.swap_map.as_ref().expect("a device has a swap map");
                 map.hold(&places);
-                let pages: Vec<&[u8]> = buf.chunks_exact(PAGE_SIZE).collect();
-                if dev.write(slot, &pages).is_err() {
+                let wrote = with_staging(used * PAGE_SIZE, |buf| {
+                    let mut o = 0;
+                    for c in &batch[i..i + n] {
+                        buf[o..o + c.len as usize].copy_from_slice(&c.data[..c.len as usize]);
+                        o += c.len as usize;
+                    }
+                    if let Some(s) = &self.sealer {
+                        // Exhausted nonces (2^56 seals of a slot) fail the
+                        // write like an I/O error: the pages stay pooled.
+                        s.seal(slot, buf).map_err(|_| ())?;
+                    }
+                    let pages: Vec<&[u8]> = buf.chunks_exact(PAGE_SIZE).collect();
+                    dev.write(slot, &pages).map_err(|_| ())
+                });
+                if wrote.is_err() {
                     for &p in &places {
                         map.put(dev, p);
                     }
@@ -435,7 +449,7 @@ impl Zswap {
             }
             return true;
         }
-        let mut page = vec![0u8; PAGE_SIZE].into_boxed_slice();
+        let mut page = Zeroizing::new(vec![0u8; PAGE_SIZE].into_boxed_slice());
         if self
             .decode(c.key, c.csum, c.comp, obj, &mut page, ctx)
             .is_err()
@@ -520,7 +534,7 @@ impl Zswap {
         entries: &[ZswapEntry],
     ) -> Result<DevicePages, LoadError> {
         let mut out = DevicePages {
-            buf: Vec::new(),
+            buf: Zeroizing::new(Vec::new()),
             index: vec![None; entries.len()],
         };
         let mut places: Vec<(usize, DevicePlace)> = entries
@@ -556,6 +570,20 @@ impl Zswap {
             dev.read(SwapSlot(start), end - start, &mut out.buf[base..])
                 .map_err(|e| LoadError::Device(first.offset(places[a].0 as u64), e.to_string()))?;
             Counters::add(&self.counters.swap_reads, 1);
+            if let Some(s) = &self.sealer {
+                if let Err(SealError::Auth(bad) | SealError::Exhausted(bad)) =
+                    s.open(SwapSlot(start), &mut out.buf[base..])
+                {
+                    // Name the first entry whose object touches the page.
+                    let (i, _) = places[a..b]
+                        .iter()
+                        .find(|(_, p)| p.slots().contains(&bad.0))
+                        .expect("a page read holds an object");
+                    Counters::add(&self.counters.seal_fail, 1);
+                    Counters::add(&self.counters.checksum_fail, 1);
+                    return Err(LoadError::Checksum(first.offset(*i as u64)));
+                }
+            }
             for &(i, p) in &places[a..b] {
                 out.index[i] =
                     Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
