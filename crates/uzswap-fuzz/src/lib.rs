@@ -18,8 +18,11 @@ use uzswap::zpool::ZsPool;
 use uzswap::zswap::{LoadError, StoreError};
 use uzswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
 
+/// A target: arbitrary bytes in, a panic on any wrong behaviour.
+pub type Target = fn(&[u8]);
+
 /// The targets by name, as the drivers and `scripts/fuzz` call them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("decompress", decompress),
     ("zpool", zpool),
     ("zswap", zswap),
@@ -238,7 +241,7 @@ fn page_of(c: Content, key: u64) -> Vec<u8> {
             }
         }
         Content::Noise(s) => {
-            let mut x = (s as u64 + 1) * 0x9e37_79b9_7f4a_7c15 ^ key;
+            let mut x = (s as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key;
             for b in p.iter_mut() {
                 x ^= x << 13;
                 x ^= x >> 7;

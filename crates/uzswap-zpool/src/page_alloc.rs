@@ -195,6 +195,11 @@ impl PageRun {
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+
+    /// Bytes in the run.
+    pub(crate) fn len(&self) -> usize {
+        self.pages as usize * PAGE_SIZE
+    }
 }
 
 /// One arena mapping, unmapped on drop.

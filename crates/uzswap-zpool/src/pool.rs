@@ -331,6 +331,13 @@ impl ZsPool {
     pub(crate) fn release_locked(&self, slot: &SpanSlot, data: SpanData) -> (u32, u64) {
         slot.base.store(std::ptr::null_mut(), Ordering::Relaxed);
         let id = data.id;
+        // The pages held program data (compressed objects) and go to a
+        // cache that serves the next span, of any class and for any of the
+        // instance's regions: wipe them first, once per span's life, so
+        // freed data does not linger in memory that stays mapped.
+        // SAFETY: the run is this span's, no reader is in it (the caller
+        // holds its write lock) and no entry names it any more.
+        unsafe { std::ptr::write_bytes(data.mem.as_ptr(), 0, data.mem.len()) };
         let released = self.pages.free(data.mem);
         self.counters.spans.fetch_sub(1, Ordering::Relaxed);
         (id, released)

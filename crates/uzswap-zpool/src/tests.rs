@@ -532,3 +532,29 @@ fn arenas_stay_few_after_random_frees() {
     pool.assert_consistent();
     check_live(&pool, &kept);
 }
+
+#[test]
+fn a_released_span_is_wiped_before_the_next_span_gets_its_pages() {
+    // Page-sized objects: one object per one-page span, so a free returns
+    // the span's page to the cache, where the next span takes it.
+    let pool = ZsPool::new();
+    let live: Vec<Handle> = (0..64)
+        .map(|id| pool.store(&content(id + 1, PAGE_SIZE)).unwrap())
+        .collect();
+    let addr = pool.read(live[10], |obj| obj.as_ptr() as usize);
+    pool.free(live[10]);
+    // Still mapped (cached, not trimmed: 1 page against 63 live).
+    assert_eq!(pool.stats().cached_bytes, PAGE_SIZE as u64);
+    // SAFETY: the cached run stays mapped read-write in the pool's arena
+    // until a trim, and nothing else runs on this pool meanwhile.
+    let wiped =
+        (0..PAGE_SIZE).all(|i| unsafe { std::ptr::read_volatile((addr + i) as *const u8) } == 0);
+    assert!(wiped, "a freed span's page still holds its object");
+    let h = pool.store(&content(99, PAGE_SIZE)).unwrap();
+    assert_eq!(
+        pool.read(h, |obj| obj.as_ptr() as usize),
+        addr,
+        "the cached page is reused"
+    );
+    pool.read(h, |obj| assert_eq!(obj, &content(99, PAGE_SIZE)[..]));
+}
