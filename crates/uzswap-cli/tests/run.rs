@@ -268,3 +268,55 @@ fn the_exit_status_and_a_killing_signal_are_the_programs() {
         Some(libc::SIGTERM)
     );
 }
+
+/// A C compiler, or None with the reason printed.
+fn cc() -> Option<&'static str> {
+    let ok = Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: no C compiler (scripts/setup installs one)");
+    }
+    ok.then_some("cc")
+}
+
+/// Blocks larger than mimalloc's arenas (mapped by mimalloc on its own)
+/// are freed and reallocated as mimalloc's, and a forked child's glibc
+/// blocks are measured by glibc even where another allocator's
+/// `malloc_usable_size` is loaded after the library (as redis loads
+/// jemalloc): both crashed programs before.
+#[test]
+fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-alloc-edges-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("alloc_edges");
+    let st = Command::new(cc)
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(programs().join("alloc_edges.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling alloc_edges.c");
+    let bin = bin.to_str().unwrap();
+    let args = ["--budget", "32M", "--stats", "/dev/null", "--", bin, "300"];
+    assert_eq!(ok(&run(&[], &args), "alloc_edges"), "ok\n");
+    // jemalloc as redis loads it (scripts/setup installs redis), after ours.
+    let jemalloc = [
+        "/lib/x86_64-linux-gnu/libjemalloc.so.2",
+        "/usr/lib64/libjemalloc.so.2",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists());
+    match jemalloc {
+        Some(j) => {
+            let pre = ["env", &format!("LD_PRELOAD={j}")];
+            assert_eq!(ok(&run(&pre, &args), "alloc_edges with jemalloc"), "ok\n");
+        }
+        None => eprintln!("no libjemalloc: the case with another allocator is not run"),
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -102,9 +102,15 @@ fn program() -> bool {
     crate::active().is_some()
 }
 
+/// Whether `p` is a mimalloc block. mimalloc's own test finds blocks in
+/// its arenas, and blocks too large for an arena only below the 48 TiB its
+/// segment map covers: region memory lies above, where the kernel places
+/// mappings. glibc's blocks are never in a region (its heap grows through
+/// its own system calls, not the interposed `mmap`), and the program never
+/// frees what it mapped itself, so a block in a region is mimalloc's.
 fn mi_owned(p: *mut c_void) -> bool {
     // SAFETY: mimalloc's ownership test takes any pointer.
-    !p.is_null() && unsafe { mi::mi_is_in_heap_region(p) }
+    !p.is_null() && (unsafe { mi::mi_is_in_heap_region(p) } || crate::vma::in_regions(p as usize))
 }
 
 fn usable(p: *mut c_void) -> usize {
@@ -112,7 +118,7 @@ fn usable(p: *mut c_void) -> usize {
         // SAFETY: a live mimalloc block.
         unsafe { mi::mi_usable_size(p) }
     } else {
-        match crate::real::malloc_usable_size() {
+        match crate::real::libc_malloc_usable_size() {
             // SAFETY: a live glibc block.
             Some(f) => unsafe { f(p) },
             None => 0,

@@ -63,6 +63,7 @@ macro_rules! real_fns {
         }
         /// Look every function up (once, at initialisation).
         pub fn resolve() {
+            resolve_libc();
             $(
                 let name = concat!(stringify!($name), "\0");
                 // SAFETY: a NUL-terminated name; RTLD_NEXT finds the
@@ -83,6 +84,35 @@ macro_rules! real_fns {
     };
 }
 
+/// glibc's `malloc_usable_size`, for blocks glibc's allocator made.
+/// Not `dlsym(RTLD_NEXT)`: the next definition after ours is another
+/// allocator's where the program links one (redis links jemalloc), and
+/// that one crashes on glibc's blocks.
+static LIBC_MALLOC_USABLE_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+fn resolve_libc() {
+    // SAFETY: NUL-terminated names; RTLD_NOLOAD only finds libc, which
+    // every dynamically linked program has loaded.
+    let p = unsafe {
+        let h = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return;
+        }
+        libc::dlsym(h, c"malloc_usable_size".as_ptr())
+    };
+    LIBC_MALLOC_USABLE_SIZE.store(p as usize, Release);
+}
+
+/// glibc's `malloc_usable_size`, if it was found.
+pub fn libc_malloc_usable_size() -> Option<unsafe extern "C" fn(*mut libc::c_void) -> usize> {
+    let p = LIBC_MALLOC_USABLE_SIZE.load(Acquire);
+    // SAFETY: a non-null pointer dlsym returned for glibc's
+    // malloc_usable_size, whose C prototype this is.
+    (p != 0).then(|| unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(*mut libc::c_void) -> usize>(p)
+    })
+}
+
 type Ssize = isize;
 type Iov = *const libc::iovec;
 
@@ -90,7 +120,6 @@ pub type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
 
 real_fns! {
     pthread_create: unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> i32;
-    malloc_usable_size: unsafe extern "C" fn(*mut libc::c_void) -> usize;
     read: unsafe extern "C" fn(i32, *mut libc::c_void, usize) -> Ssize;
     write: unsafe extern "C" fn(i32, *const libc::c_void, usize) -> Ssize;
     pread64: unsafe extern "C" fn(i32, *mut libc::c_void, usize, i64) -> Ssize;

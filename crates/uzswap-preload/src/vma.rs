@@ -33,6 +33,7 @@
 use crate::{real, Internal, State};
 use libc::c_void;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
 use uzswap::region::Advice;
 use uzswap::PAGE_SIZE;
 
@@ -42,6 +43,36 @@ const RESERVE: usize = 4 << 30;
 /// Largest alignment given to a mapping: mimalloc asks for segment-aligned
 /// arenas and otherwise over-allocates and trims.
 const MAX_ALIGN: usize = 32 << 20;
+
+/// Most regions whose ranges `in_regions` knows. Regions are reservations
+/// of at least [`RESERVE`] bytes, so this covers terabytes of address space.
+const MAX_RANGES: usize = 256;
+
+/// Every region's address range, readable without `State::vmas`: `free`
+/// asks it whether a pointer is mimalloc's (alloc.rs), and may be called
+/// by a thread that holds that lock. Regions are never given back, so
+/// ranges are only added, by one writer at a time (under the lock).
+static RANGES: [(AtomicUsize, AtomicUsize); MAX_RANGES] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; MAX_RANGES];
+static RANGES_LEN: AtomicUsize = AtomicUsize::new(0);
+
+fn record_range(base: usize, end: usize) {
+    let n = RANGES_LEN.load(Relaxed);
+    if n < MAX_RANGES {
+        RANGES[n].0.store(base, Relaxed);
+        RANGES[n].1.store(end, Relaxed);
+        // Publishes the entry's two halves.
+        RANGES_LEN.store(n + 1, Release);
+    }
+}
+
+/// Whether `a` lies in one of the regions (memory uzswap holds).
+pub fn in_regions(a: usize) -> bool {
+    let n = RANGES_LEN.load(Acquire);
+    RANGES[..n]
+        .iter()
+        .any(|(b, e)| b.load(Relaxed) <= a && a < e.load(Relaxed))
+}
 
 #[derive(Default)]
 pub struct Vmas {
@@ -185,6 +216,7 @@ impl Vmas {
             let end = base + r.len();
             let at = self.regions.partition_point(|(b, _, _)| *b < base);
             self.regions.insert(at, (base, end, r));
+            record_range(base, end);
             self.free.insert(base, end);
         }
         None
