@@ -7,6 +7,7 @@ mod bench;
 mod kernel;
 mod random_access;
 mod run;
+mod soak;
 mod usemem;
 
 #[derive(Parser)]
@@ -29,6 +30,9 @@ enum Cmd {
     Bench(bench::BenchCmd),
     /// Run an unmodified program with its memory under a uzswap budget.
     Run(run::Args),
+    /// A long randomized run over several regions at 2-4x the budget,
+    /// checking every byte against a shadow copy (fails on any mismatch).
+    Soak(soak::Args),
     /// Grant a group access to /dev/userfaultfd (root, once), so its
     /// members get system calls on evicted memory served.
     Setup(run::SetupArgs),
@@ -40,6 +44,7 @@ fn main() {
         Cmd::Usemem(a) => usemem::run(a),
         Cmd::Bench(b) => bench::run(b),
         Cmd::Run(a) => run::run(a),
+        Cmd::Soak(a) => soak::run(a),
         Cmd::Setup(a) => run::setup(a),
     };
     if let Err(e) = r {

@@ -320,3 +320,191 @@ fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `devfaults.py` under the runner with its swap file on a tmpfs of
+/// `fs_size` mounted for the test (None where that is not possible: the
+/// reason is printed). `breaker` breaks the device once the program is
+/// ready (given the mount point and the program's pid); returns the
+/// runner's status, stdout and the per-process stats JSON.
+fn devfaults(
+    case: &str,
+    handler: &str,
+    breaker: &dyn Fn(&Path, u32),
+) -> Option<(std::process::ExitStatus, String, String)> {
+    use std::io::{BufRead, Write};
+    let py = python()?;
+    let dir = std::env::temp_dir().join(format!(
+        "uzswap-devfaults-{}-{case}-{handler}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=96m", "tmpfs"])
+        .arg(&dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!(
+            "skipping: cannot mount a tmpfs at {} (needs root)",
+            dir.display()
+        );
+        let _ = std::fs::remove_dir(&dir);
+        return None;
+    }
+    let stats = dir.with_extension("stats");
+    let _ = std::fs::remove_file(&stats);
+    let lib = preload().unwrap();
+    let mut child = Command::new(uzswap())
+        .arg("run")
+        .arg("--preload")
+        .arg(&lib)
+        .args([
+            "--budget",
+            "16M",
+            "--swap-size",
+            "64M",
+            "--handler",
+            handler,
+        ])
+        .arg("--writeback-dir")
+        .arg(&dir)
+        .arg("--stats")
+        .arg(&stats)
+        .args(["--", py, &script("devfaults.py"), "48"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let pid: u32 = line
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("the program did not get ready: {line:?}"))
+            .trim()
+            .parse()
+            .unwrap();
+        breaker(&dir, pid);
+    }));
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"go\n");
+    drop(stdin);
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    let status = child.wait().unwrap();
+    let _ = Command::new("umount").arg(&dir).status();
+    let _ = std::fs::remove_dir(&dir);
+    let json = std::fs::read_to_string(&stats).unwrap_or_default();
+    let _ = std::fs::remove_file(&stats);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    Some((status, rest, json))
+}
+
+/// The program's swap file, among its descriptors.
+fn swap_file_of(pid: u32) -> PathBuf {
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(t) = std::fs::read_link(e.path()) {
+            let t = t.to_string_lossy();
+            if t.contains("uzswap-devfaults") && t.contains("(deleted)") {
+                return e.path();
+            }
+        }
+    }
+    panic!("no swap file among process {pid}'s descriptors");
+}
+
+/// A full filesystem where the swap file must go: the run does not start,
+/// and says why (the file is reserved whole up front, so a filesystem that
+/// fills later fails writes with ENOSPC instead, which keeps pages in
+/// memory: `crates/uzswap/tests/region_io_faults.rs`). Both handler modes.
+#[test]
+fn a_full_filesystem_is_refused_at_start_with_the_reason() {
+    let (Some(py), true) = (python(), userfaultfd_works()) else {
+        return;
+    };
+    for handler in ["block", "signal"] {
+        let dir =
+            std::env::temp_dir().join(format!("uzswap-fullstart-{}-{handler}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(&dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!(
+                "skipping: cannot mount a tmpfs at {} (needs root)",
+                dir.display()
+            );
+            let _ = std::fs::remove_dir(&dir);
+            return;
+        }
+        let d = dir.display().to_string();
+        let o = run(
+            &[],
+            &[
+                "--budget",
+                "16M",
+                "--swap-size",
+                "64M",
+                "--handler",
+                handler,
+                "--writeback-dir",
+                &d,
+                "--",
+                py,
+                "-c",
+                "print('ran')",
+            ],
+        );
+        let _ = Command::new("umount").arg(&dir).status();
+        let _ = std::fs::remove_dir(&dir);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(125),
+            "{handler}: {:?} {err}",
+            o.status
+        );
+        assert!(err.contains("not enough space"), "{handler}: {err}");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("ran"));
+    }
+}
+
+/// The swap file truncated under a running program (by anyone who can
+/// open /proc/PID/fd): its written-back pages cannot be read, and the
+/// program dies of SIGBUS at the first, as under the kernel's swap; it
+/// does not hang or read zeros.
+#[test]
+fn a_truncated_swap_file_under_a_running_program_is_sigbus() {
+    if !userfaultfd_works() {
+        return;
+    }
+    for handler in ["block", "signal"] {
+        let truncate = |_: &Path, pid: u32| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(swap_file_of(pid))
+                .unwrap();
+            f.set_len(0).unwrap();
+        };
+        let Some((status, out, _)) = devfaults("truncated", handler, &truncate) else {
+            return;
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGBUS),
+            "{handler}: {status:?} {out}"
+        );
+        assert!(!out.contains("ok"), "{handler}: {out}");
+    }
+}

@@ -142,6 +142,11 @@ wrap!(sendto(fd: i32, buf: *const c_void, n: usize, fl: i32, sa: *const sockaddr
         f(fd, buf, n, fl, sa, sl));
 wrap!(sendmsg(fd: i32, m: *const msghdr, fl: i32) pins |p| { p.msg(m, false) }
     => |f: unsafe extern "C" fn(i32, *const msghdr, i32) -> Ssize| f(fd, m, fl));
+// Random bytes straight into region memory (Python's `os.urandom`, a
+// `bytearray` of them): without the pin, EFAULT where the kernel's faults
+// are not served.
+wrap!(getrandom(buf: *mut c_void, n: usize, fl: u32) pins |p| { p.add(buf, n, true) }
+    => |f: unsafe extern "C" fn(*mut c_void, usize, u32) -> Ssize| f(buf, n, fl));
 
 /// glibc names the 64-bit-offset calls both ways on 64-bit targets.
 ///

@@ -134,4 +134,5 @@ real_fns! {
     send: unsafe extern "C" fn(i32, *const libc::c_void, usize, i32) -> Ssize;
     sendto: unsafe extern "C" fn(i32, *const libc::c_void, usize, i32, *const libc::sockaddr, libc::socklen_t) -> Ssize;
     sendmsg: unsafe extern "C" fn(i32, *const libc::msghdr, i32) -> Ssize;
+    getrandom: unsafe extern "C" fn(*mut libc::c_void, usize, u32) -> Ssize;
 }

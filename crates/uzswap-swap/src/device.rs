@@ -759,6 +759,12 @@ impl SwapDevice {
     pub fn inject_fault(&self, op: failpoints::IoOp, fault: failpoints::Fault) {
         self.faults.lock().push_back((op, fault));
     }
+
+    /// Drops every queued fault not yet consumed: the device works again.
+    #[cfg(any(test, feature = "failpoints"))]
+    pub fn clear_faults(&self) {
+        self.faults.lock().clear();
+    }
 }
 
 /// The discard hook: punch the cluster out of the file, keeping its size.

@@ -142,6 +142,32 @@ pub fn transition(c: &AtomicU32, from: u32, to: u32, clear: u32, set: u32) -> Re
     }
 }
 
+/// Take `c` from `from` for a fault resolver or a hint: BUSY, with the
+/// flags kept. The compare-and-swap is what makes the resolver the chunk's
+/// only owner: a thread that read the word earlier and decided from it
+/// must fail here if anyone moved the chunk since. Returns the previous
+/// word (a PARTIAL chunk's mask is in it) on success.
+#[inline]
+pub fn own(c: &AtomicU32, from: u32) -> Result<u32, u32> {
+    transition(c, from, BUSY, 0, 0)
+}
+
+/// Whether the evictor must write-protect the mapped pages of a victim it
+/// took with word `w` before it reads them for the store: whether any of
+/// them may be writable. RESIDENT pages are; a PARTIAL chunk's are only
+/// with DIRTY (a write fault installed or unprotected a group); CLEAN
+/// pages and a clean PARTIAL chunk's were installed write-protected. A
+/// page left writable here could be written after the store read it and
+/// before the zap: the write would be lost.
+#[inline]
+pub fn must_protect(w: u32) -> bool {
+    match state(w) {
+        RESIDENT => true,
+        PARTIAL => w & DIRTY != 0,
+        _ => false,
+    }
+}
+
 /// Take `c` from `from` (an evictable state) for eviction, unless it is
 /// pinned. Returns the previous word on success.
 #[inline]

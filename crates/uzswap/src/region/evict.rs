@@ -65,8 +65,8 @@ struct Victim {
     from: u32,
     /// PARTIAL: its mapped groups.
     mask: u16,
-    /// PARTIAL: some mapped group may be writable (`chunk::DIRTY`).
-    dirty: bool,
+    /// The word it was taken with (`chunk::must_protect` reads it).
+    word: u32,
 }
 
 impl Victim {
@@ -77,7 +77,7 @@ impl Victim {
             ci,
             from: chunk::state(w),
             mask: chunk::part_mask(w).unwrap_or(0),
-            dirty: w & DIRTY != 0,
+            word: w,
         }
     }
 }
@@ -729,7 +729,7 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps) -> i64 {
     // parks it on the chunk; reads go on. Clean chunks are protected since
     // they were installed, so a run of them needs no call (nor the TLB
     // shootdown that comes with one).
-    if run.iter().any(|v| v.from != CLEAN) {
+    if run.iter().any(|v| chunk::must_protect(v.word)) {
         if let Err(e) = sh.uffd.write_protect(start as *mut _, len) {
             eprintln!("uzswap: evictor: write-protect failed: {e}");
             for v in run {
@@ -847,7 +847,7 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
     }
     let first = sh.entry(r, v.ci);
     let ranges = chunk::mask_ranges(v.mask, 1 << sh.order);
-    if v.dirty {
+    if chunk::must_protect(v.word) {
         // From here a write to a mapped group traps and parks on the
         // chunk (EVICTING), as for a whole chunk in `evict_run`.
         for g in &ranges {

@@ -453,7 +453,7 @@ fn own<'a>(sh: &Shared, r: &'a RegionInner, ci: usize, from: u32, charges: bool)
     if !*live {
         return Own::Gone;
     }
-    match chunk::transition(&r.state[ci], from, BUSY, 0, 0) {
+    match chunk::own(&r.state[ci], from) {
         Ok(prev) => Own::Owned(live, prev),
         Err(_) => Own::Lost,
     }

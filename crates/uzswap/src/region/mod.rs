@@ -133,6 +133,8 @@ pub mod failpoints;
 mod failpoints;
 mod fault;
 mod latency;
+#[cfg(test)]
+mod model;
 mod pagemap;
 mod pin;
 mod share;
