@@ -119,6 +119,12 @@ wrap!(preadv64(fd: i32, iov: *const iovec, n: i32, off: i64) pins |p| { p.iov(io
     => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64) -> Ssize| f(fd, iov, n, off));
 wrap!(pwritev64(fd: i32, iov: *const iovec, n: i32, off: i64) pins |p| { p.iov(iov, n, false) }
     => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64) -> Ssize| f(fd, iov, n, off));
+// CPython's os.preadv/os.pwritev call these (glibc has them), whatever
+// the flags: without them an evicted buffer failed the call with EFAULT.
+wrap!(preadv64v2(fd: i32, iov: *const iovec, n: i32, off: i64, fl: i32) pins |p| { p.iov(iov, n, true) }
+    => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64, i32) -> Ssize| f(fd, iov, n, off, fl));
+wrap!(pwritev64v2(fd: i32, iov: *const iovec, n: i32, off: i64, fl: i32) pins |p| { p.iov(iov, n, false) }
+    => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64, i32) -> Ssize| f(fd, iov, n, off, fl));
 wrap!(recv(fd: i32, buf: *mut c_void, n: usize, fl: i32) pins |p| { p.add(buf, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut c_void, usize, i32) -> Ssize| f(fd, buf, n, fl));
 wrap!(recvfrom(fd: i32, buf: *mut c_void, n: usize, fl: i32, sa: *mut sockaddr, sl: *mut socklen_t)
@@ -147,6 +153,82 @@ wrap!(sendmsg(fd: i32, m: *const msghdr, fl: i32) pins |p| { p.msg(m, false) }
 // are not served.
 wrap!(getrandom(buf: *mut c_void, n: usize, fl: u32) pins |p| { p.add(buf, n, true) }
     => |f: unsafe extern "C" fn(*mut c_void, usize, u32) -> Ssize| f(buf, n, fl));
+
+/// Several messages at once: each header and what it names, and the
+/// lengths the kernel writes back (`msg_len`).
+///
+/// # Safety
+/// `v` points to `n` valid headers, as the call requires.
+unsafe fn pin_mmsg(p: &mut Pins, v: *mut libc::mmsghdr, n: u32, write: bool) {
+    if v.is_null() {
+        return;
+    }
+    // The kernel writes every entry's `msg_len`, on send too.
+    p.add(
+        v as *const _,
+        n as usize * std::mem::size_of::<libc::mmsghdr>(),
+        true,
+    );
+    for k in 0..n as usize {
+        // SAFETY: the caller's array of `n` headers.
+        unsafe { p.msg(&(*v.add(k)).msg_hdr, write) };
+    }
+}
+
+/// # Safety
+/// As recvmmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(
+    fd: i32,
+    v: *mut libc::mmsghdr,
+    n: u32,
+    fl: i32,
+    t: *mut libc::timespec,
+) -> i32 {
+    let _pins = Pins::new().map(|mut p| {
+        // SAFETY: the caller's headers and timeout, as the call requires.
+        unsafe { pin_mmsg(&mut p, v, n, true) };
+        p.add(t as *const _, std::mem::size_of::<libc::timespec>(), true);
+        p
+    });
+    match real::recvmmsg() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(fd, v, n, fl, t) },
+        None => errno_enosys() as i32,
+    }
+}
+
+/// # Safety
+/// As sendmmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(fd: i32, v: *mut libc::mmsghdr, n: u32, fl: i32) -> i32 {
+    let _pins = Pins::new().map(|mut p| {
+        // SAFETY: the caller's headers, as the call requires.
+        unsafe { pin_mmsg(&mut p, v, n, false) };
+        p
+    });
+    match real::sendmmsg() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(fd, v, n, fl) },
+        None => errno_enosys() as i32,
+    }
+}
+
+/// # Safety
+/// As preadv2(2).
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(fd: i32, iov: *const iovec, n: i32, off: i64, fl: i32) -> Ssize {
+    // SAFETY: the same function.
+    unsafe { preadv64v2(fd, iov, n, off, fl) }
+}
+
+/// # Safety
+/// As pwritev2(2).
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(fd: i32, iov: *const iovec, n: i32, off: i64, fl: i32) -> Ssize {
+    // SAFETY: the same function.
+    unsafe { pwritev64v2(fd, iov, n, off, fl) }
+}
 
 /// glibc names the 64-bit-offset calls both ways on 64-bit targets.
 ///

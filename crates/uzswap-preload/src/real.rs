@@ -128,6 +128,10 @@ real_fns! {
     writev: unsafe extern "C" fn(i32, Iov, i32) -> Ssize;
     preadv64: unsafe extern "C" fn(i32, Iov, i32, i64) -> Ssize;
     pwritev64: unsafe extern "C" fn(i32, Iov, i32, i64) -> Ssize;
+    preadv64v2: unsafe extern "C" fn(i32, Iov, i32, i64, i32) -> Ssize;
+    pwritev64v2: unsafe extern "C" fn(i32, Iov, i32, i64, i32) -> Ssize;
+    recvmmsg: unsafe extern "C" fn(i32, *mut libc::mmsghdr, u32, i32, *mut libc::timespec) -> i32;
+    sendmmsg: unsafe extern "C" fn(i32, *mut libc::mmsghdr, u32, i32) -> i32;
     recv: unsafe extern "C" fn(i32, *mut libc::c_void, usize, i32) -> Ssize;
     recvfrom: unsafe extern "C" fn(i32, *mut libc::c_void, usize, i32, *mut libc::sockaddr, *mut libc::socklen_t) -> Ssize;
     recvmsg: unsafe extern "C" fn(i32, *mut libc::msghdr, i32) -> Ssize;

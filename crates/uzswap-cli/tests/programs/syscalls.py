@@ -3,6 +3,9 @@
 # must succeed and every byte must come back. Prints "ok N" or fails.
 import os, socket, sys, tempfile
 MB = 1 << 20
+# Buffers made first are evicted by the time the calls below use them
+# (CPython's os.preadv and os.pwritev call preadv2 and pwritev2).
+targets = [bytearray(b"\xaa") * MB for _ in range(8)]
 blocks = [bytes([(b * 31 + i) % 256 for i in range(256)]) * (MB // 256) for b in range(int(sys.argv[1]))]
 calls = 0
 def check(got, want, what):
@@ -17,6 +20,11 @@ with tempfile.TemporaryFile() as f:
         got = os.preadv(fd, [buf], k * MB); calls += 1
         check(got, MB, "preadv"); check(bytes(buf), b, "preadv data")
         check(os.pread(fd, MB, k * MB), b, "pread"); calls += 1
+    for k, b in enumerate(blocks[:8]):
+        check(os.pwritev(fd, [b[: MB // 2], b[MB // 2 :]], k * MB), MB, "pwritev"); calls += 1
+    for k, t in enumerate(targets):
+        check(os.preadv(fd, [t], k * MB), MB, "preadv into evicted memory"); calls += 1
+        check(bytes(t), blocks[k], "preadv into evicted memory data")
     os.lseek(fd, 0, 0)
     for b in blocks[:8]:
         check(os.writev(fd, [b[: MB // 2], b[MB // 2 :]]), MB, "writev"); calls += 1
