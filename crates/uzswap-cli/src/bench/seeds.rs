@@ -363,6 +363,20 @@ struct Figure {
 }
 
 impl Figure {
+    /// A wall-clock figure whose threads did not run at once (`par` of
+    /// `want` CPUs on average) measured the machine's load, not the
+    /// mechanism: reported, not judged (as `bench alloc` warns).
+    fn needs_parallel(mut self, par: f64, want: f64) -> Figure {
+        if par < 0.75 * want {
+            self.verdict = format!(
+                "not measured: its {want:.0} threads ran at once only {par:.2} of {want:.0} \
+                 (the CPUs were busy)"
+            );
+            self.effect = f64::NAN;
+        }
+        self
+    }
+
     /// Widen the noise band to the rounds' own spread (see [`spread`]).
     fn within(mut self, spread: f64) -> Figure {
         if spread.is_finite() && spread > self.noise {
@@ -507,7 +521,11 @@ fn overall(figs: &[Figure]) -> String {
 }
 
 fn pct(x: f64) -> String {
-    format!("{:+.1}%", x * 100.0)
+    if x.is_finite() {
+        format!("{:+.1}%", x * 100.0)
+    } else {
+        "-".into()
+    }
 }
 
 // ------------------------------------------------------- 000 large folios
@@ -790,6 +808,13 @@ fn seed001(ctx: &mut Ctx) -> Result<SeedRow> {
             time_per_op(t2, "baseline_ops_per_s"),
             time_per_op(t2, "cluster_ops_per_s"),
             true,
+        )
+        .needs_parallel(
+            t2["parallelism"]["baseline"]
+                .as_f64()
+                .unwrap_or(0.0)
+                .min(t2["parallelism"]["cluster"].as_f64().unwrap_or(0.0)),
+            2.0,
         ),
         figure(
             "time per slot alloc+free, 1 thread",
@@ -968,7 +993,8 @@ fn seed002(ctx: &mut Ctx) -> Result<SeedRow> {
         store[4],
         rel[4],
         false,
-    )];
+    )
+    .needs_parallel(par[4], 2.0)];
     let curve = |v: &[f64]| -> Vec<(String, f64)> {
         BATCHES
             .iter()
