@@ -165,6 +165,33 @@ pub struct Args {
     /// 2 MiB (off by default: see docs/BENCHMARKS.md, "Huge arenas off").
     #[arg(long)]
     pub huge_arenas: bool,
+    /// uzswap: pages per compression batch, 1..=32 (vm.compress-batchsize;
+    /// default: the library's, 32). 1 compresses every page inline on the
+    /// evicting thread, as the kernel's zswap_store does.
+    #[arg(long, value_parser = crate::bench::usize_in(1, uzswap::compress::MAX_BATCH))]
+    pub batch_size: Option<usize>,
+    /// uzswap: no proactive shrinker (writeback only when the pool limit is
+    /// hit: seed 003's "off").
+    #[arg(long)]
+    pub no_shrinker: bool,
+    /// uzswap: the shrinker ignores its protected region (seed 003's
+    /// warm-page estimate), to measure what the protection does.
+    #[arg(long)]
+    pub no_shrinker_protect: bool,
+    /// uzswap: no same-filled page detection; zero and repeated-word pages
+    /// are compressed like any other (seed 004's "off").
+    #[arg(long)]
+    pub no_same_filled: bool,
+    /// uzswap: the swap device's slot allocator: `cluster` (the library's)
+    /// or `baseline`, one bitmap behind one lock (seed 001's "before").
+    #[arg(long, value_enum, default_value = "cluster")]
+    pub swap_allocator: SwapAllocator,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SwapAllocator {
+    Cluster,
+    Baseline,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -514,10 +541,17 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         cfg.zswap.recompress = args.recompress.clone();
         cfg.zswap.huge_arenas = args.huge_arenas;
         cfg.zswap.writeback_encrypted = !args.writeback_plain;
+        if let Some(b) = args.batch_size {
+            cfg.zswap.batch_size = b;
+        }
+        cfg.zswap.shrinker_enabled = !args.no_shrinker;
+        cfg.zswap.shrinker_protect = !args.no_shrinker_protect;
+        cfg.zswap.same_filled = !args.no_same_filled;
         if args.no_writeback {
             cfg.writeback = None;
         } else if let Some(wb) = cfg.writeback.as_mut() {
             wb.dir = args.swap_dir.clone();
+            wb.baseline_allocator = args.swap_allocator == SwapAllocator::Baseline;
             wb.size_bytes = args
                 .swap_size
                 .unwrap_or_else(|| args.size.max(budget.saturating_mul(2)));

@@ -1,8 +1,9 @@
 //! The global-lock baseline: one slot bitmap for the whole device behind one
 //! mutex, allocating next-fit from a rotating cursor (the pre-cluster
 //! `scan_swap_map` with `si->lock` held throughout). Kept only so the
-//! benchmark measures the cluster allocator against it in the same run; it
-//! is not used by the device.
+//! benchmarks measure the cluster allocator against it in the same run: by
+//! itself (`bench alloc`) and behind a device a benchmark asks for
+//! (`SwapDeviceConfig::baseline_allocator`, `bench seeds`).
 //!
 //! Locking: every operation takes the one lock for its whole duration.
 
@@ -58,6 +59,19 @@ impl GlobalLockAllocator {
         g.stats.used -= npages;
         g.stats.freed += npages;
         Ok(())
+    }
+}
+
+impl GlobalLockAllocator {
+    /// True if every slot of the range is allocated.
+    pub fn is_allocated(&self, range: crate::SlotRange) -> Result<bool, SlotError> {
+        check_range(range.start.0, range.npages, self.nslots)?;
+        let g = self.inner.lock();
+        Ok(bitmap::all_set(
+            &g.map,
+            range.start.0 as usize,
+            range.npages as usize,
+        ))
     }
 }
 

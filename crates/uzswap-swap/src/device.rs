@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::baseline::GlobalLockAllocator;
 use crate::cluster::ClusterAllocator;
 use crate::entry::{check_range, SlotError, SlotRange, SwapSlot};
 use crate::{SlotAllocator, MAX_ORDER, NR_ORDERS, PAGE_SIZE, SWAPFILE_CLUSTER};
@@ -59,6 +60,10 @@ pub struct SwapDeviceConfig {
     pub direct_io: bool,
     /// Punch freed clusters out of the file.
     pub discard: bool,
+    /// Allocate slots with the global-lock baseline instead of the cluster
+    /// allocator (no discard then). Only for measuring the one against the
+    /// other under a real writeback load (`uzswap bench seeds`, seed 001).
+    pub baseline_allocator: bool,
 }
 
 impl Default for SwapDeviceConfig {
@@ -69,6 +74,7 @@ impl Default for SwapDeviceConfig {
             page_cluster: 3,
             direct_io: false,
             discard: true,
+            baseline_allocator: false,
         }
     }
 }
@@ -154,10 +160,46 @@ pub mod failpoints {
     }
 }
 
+/// The device's slot allocator (see `SwapDeviceConfig::baseline_allocator`).
+enum DeviceAlloc {
+    Cluster(ClusterAllocator),
+    Baseline(GlobalLockAllocator),
+}
+
+impl DeviceAlloc {
+    fn alloc(&self, order: u32) -> Option<SwapSlot> {
+        match self {
+            DeviceAlloc::Cluster(a) => a.alloc(order),
+            DeviceAlloc::Baseline(a) => a.alloc(order),
+        }
+    }
+
+    fn free_range(&self, slot: SwapSlot, npages: u64) -> Result<(), SlotError> {
+        match self {
+            DeviceAlloc::Cluster(a) => a.free_range(slot, npages),
+            DeviceAlloc::Baseline(a) => a.free_range(slot, npages),
+        }
+    }
+
+    fn is_allocated(&self, range: SlotRange) -> Result<bool, SlotError> {
+        match self {
+            DeviceAlloc::Cluster(a) => a.is_allocated(range),
+            DeviceAlloc::Baseline(a) => a.is_allocated(range),
+        }
+    }
+
+    fn stats(&self) -> crate::AllocStats {
+        match self {
+            DeviceAlloc::Cluster(a) => a.stats(),
+            DeviceAlloc::Baseline(a) => a.stats(),
+        }
+    }
+}
+
 /// A swap device: backing file + cluster allocator.
 pub struct SwapDevice {
     file: Arc<File>,
-    alloc: ClusterAllocator,
+    alloc: DeviceAlloc,
     nslots: u64,
     page_cluster: u32,
     direct_io: bool,
@@ -413,13 +455,17 @@ impl SwapDevice {
                 return Err(SwapError::DirectIoUnsupported { dir, cause });
             }
         }
-        Ok(Self::from_parts(
+        let mut dev = Self::from_parts(
             file,
             nclusters as usize,
             cfg.page_cluster,
             cfg.direct_io,
-            cfg.discard,
-        ))
+            cfg.discard && !cfg.baseline_allocator,
+        );
+        if cfg.baseline_allocator {
+            dev.alloc = DeviceAlloc::Baseline(GlobalLockAllocator::new(nclusters as usize));
+        }
+        Ok(dev)
     }
 
     /// A device over an existing file or block device of at least
@@ -456,7 +502,7 @@ impl SwapDevice {
     ) -> Self {
         let file = Arc::new(file);
         let counters = Arc::new(Counters::default());
-        let alloc = if discard {
+        let alloc = DeviceAlloc::Cluster(if discard {
             let (f, cnt) = (Arc::clone(&file), Arc::clone(&counters));
             ClusterAllocator::with_discard(
                 nclusters,
@@ -464,7 +510,7 @@ impl SwapDevice {
             )
         } else {
             ClusterAllocator::new(nclusters)
-        };
+        });
         Self {
             file,
             alloc,
@@ -483,8 +529,22 @@ impl SwapDevice {
     }
 
     /// The allocator (for invariant checks and list statistics).
+    ///
+    /// # Panics
+    /// On a device made with `baseline_allocator`, which has no clusters.
     pub fn allocator(&self) -> &ClusterAllocator {
-        &self.alloc
+        match &self.alloc {
+            DeviceAlloc::Cluster(a) => a,
+            DeviceAlloc::Baseline(_) => panic!("a baseline-allocator device has no clusters"),
+        }
+    }
+
+    /// "cluster" or "baseline": which allocator hands out the slots.
+    pub fn allocator_name(&self) -> &'static str {
+        match &self.alloc {
+            DeviceAlloc::Cluster(a) => a.name(),
+            DeviceAlloc::Baseline(a) => a.name(),
+        }
     }
 
     /// `2^order` contiguous, naturally aligned slots, or `None`. Never falls

@@ -80,9 +80,9 @@ pub enum ShareBy {
     Pages,
 }
 
-type Alloc = Arc<dyn SlotAllocator>;
+pub(crate) type Alloc = Arc<dyn SlotAllocator>;
 
-fn make(kind: &str, nclusters: usize) -> Alloc {
+pub(crate) fn make(kind: &str, nclusters: usize) -> Alloc {
     match kind {
         "cluster" => Arc::new(ClusterAllocator::new(nclusters)),
         _ => Arc::new(GlobalLockAllocator::new(nclusters)),
@@ -103,17 +103,22 @@ fn thread_usage() -> (f64, u64) {
 }
 
 /// One timed round of one allocator.
-struct Round {
+pub(crate) struct Round {
     /// alloc + free pairs per second.
-    ops_per_sec: f64,
+    pub(crate) ops_per_sec: f64,
     /// Summed thread CPU time over wall time.
-    parallelism: f64,
+    pub(crate) parallelism: f64,
     /// Voluntary context switches per second, all threads.
-    vcsw_per_sec: f64,
+    pub(crate) vcsw_per_sec: f64,
 }
 
 /// alloc + free pairs per second with `threads` threads.
-fn throughput(a: &Alloc, threads: usize, ring: usize, dur: Duration) -> anyhow::Result<Round> {
+pub(crate) fn throughput(
+    a: &Alloc,
+    threads: usize,
+    ring: usize,
+    dur: Duration,
+) -> anyhow::Result<Round> {
     let stop = Arc::new(AtomicBool::new(false));
     let total = Arc::new(AtomicU64::new(0));
     let barrier = Arc::new(Barrier::new(threads + 1));
@@ -171,7 +176,7 @@ fn throughput(a: &Alloc, threads: usize, ring: usize, dur: Duration) -> anyhow::
 }
 
 /// The 1-, 5- and 15-minute load averages, if the system reports them.
-fn load_avg() -> Option<[f64; 3]> {
+pub(crate) fn load_avg() -> Option<[f64; 3]> {
     let s = std::fs::read_to_string("/proc/loadavg").ok()?;
     let mut it = s.split_whitespace().map(|x| x.parse::<f64>().ok());
     Some([it.next()??, it.next()??, it.next()??])
@@ -182,12 +187,12 @@ enum Obj {
     Large(SwapSlot),
 }
 
-struct Frag {
-    attempts: u64,
-    fallbacks: u64,
-    failed: u64,
-    final_fill: f64,
-    secs: f64,
+pub(crate) struct Frag {
+    pub(crate) attempts: u64,
+    pub(crate) fallbacks: u64,
+    pub(crate) failed: u64,
+    pub(crate) final_fill: f64,
+    pub(crate) secs: f64,
 }
 
 /// One order-0 slot into `live`, or one more failure.
@@ -201,7 +206,7 @@ fn alloc_small(a: &dyn SlotAllocator, live: &mut Vec<Obj>, used: &mut u64, faile
     }
 }
 
-fn fragmentation(a: &dyn SlotAllocator, args: &Args) -> anyhow::Result<Frag> {
+pub(crate) fn fragmentation(a: &dyn SlotAllocator, args: &Args) -> anyhow::Result<Frag> {
     let mut rng = SmallRng::seed_from_u64(args.seed);
     // Probability that a request is order 4.
     let p4 = match args.share_by {

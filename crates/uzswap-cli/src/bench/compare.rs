@@ -380,7 +380,7 @@ fn handler_name(h: crate::usemem::Handler) -> String {
 }
 
 /// Run one cell in its own process; (JSON line, user+sys of its tree).
-fn run_cell(args: &[String]) -> Result<(Value, f64)> {
+pub(crate) fn run_cell(args: &[String]) -> Result<(Value, f64)> {
     let exe = std::env::current_exe().context("find the uzswap executable")?;
     let mut child = Command::new(exe)
         .args(args)
@@ -735,7 +735,7 @@ pub fn markdown(cells: &[Cell]) -> String {
     s
 }
 
-fn machine() -> Value {
+pub(crate) fn machine() -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()

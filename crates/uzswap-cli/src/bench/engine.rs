@@ -138,15 +138,15 @@ pages / raw lz4 compress MB/s of the same pages (zero, same) or of text pages (*
 Raw and cache timed folio by folio in turns; MB/s: best of --repeat passes; *_vs_raw: median \
 of the passes' ratios.";
 
-fn mbps(bytes: usize, d: Duration) -> f64 {
+pub(crate) fn mbps(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64().max(1e-9) / 1e6
 }
 
 /// Counts of things that went wrong; any non-zero fails the command.
 #[derive(Default)]
-struct Faults {
-    mismatches: u64,
-    failures: u64,
+pub(crate) struct Faults {
+    pub(crate) mismatches: u64,
+    pub(crate) failures: u64,
 }
 
 /// Largest `--size`: a case holds its pages and a raw compressed stream as
@@ -176,7 +176,7 @@ fn try_filled(len: usize, fill: u8, what: &str) -> anyhow::Result<Vec<u8>> {
     Ok(v)
 }
 
-fn gen_pages(p: Pattern, npages: usize, seed: u64) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn gen_pages(p: Pattern, npages: usize, seed: u64) -> anyhow::Result<Vec<u8>> {
     let len = npages
         .checked_mul(PAGE_SIZE)
         .context("page count overflows")?;
@@ -233,13 +233,59 @@ struct Raw<'a> {
     buf: Vec<u8>,
 }
 
+/// What a timed step reads: wall time (this bench's figures), or the
+/// calling thread's CPU time, which a neighbour taking the CPU does not
+/// inflate (`bench seeds`, whose single-threaded cases run on a shared
+/// machine).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Clock {
+    Wall,
+    ThreadCpu,
+}
+
+impl Clock {
+    fn now(self) -> Duration {
+        match self {
+            Clock::Wall => {
+                static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+                ORIGIN.get_or_init(Instant::now).elapsed()
+            }
+            Clock::ThreadCpu => {
+                // SAFETY: an all-zero timespec is valid; clock_gettime fills it.
+                let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+                // SAFETY: a valid clock id and out pointer.
+                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+                Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+            }
+        }
+    }
+}
+
 /// Store folio `f` (timed).
-fn store_one(z: &Zswap, pages: &[u8], order: u32, f: usize, faults: &mut Faults) -> Duration {
+pub(crate) fn store_one(
+    z: &Zswap,
+    pages: &[u8],
+    order: u32,
+    f: usize,
+    faults: &mut Faults,
+) -> Duration {
+    store_one_by(Clock::Wall, z, pages, order, f, faults)
+}
+
+/// [`store_one`] timed by `clock`.
+pub(crate) fn store_one_by(
+    clock: Clock,
+    z: &Zswap,
+    pages: &[u8],
+    order: u32,
+    f: usize,
+    faults: &mut Faults,
+) -> Duration {
     let folio = PAGE_SIZE << order;
     let first = SwapEntry::new(1, (f as u64) << order);
-    let t0 = Instant::now();
+    let t0 = clock.now();
     let r = z.store_folio(first, order, &pages[f * folio..(f + 1) * folio]);
-    let t = t0.elapsed();
+    let t = clock.now().saturating_sub(t0);
     if r.is_err() {
         faults.failures += 1;
     }
@@ -247,7 +293,20 @@ fn store_one(z: &Zswap, pages: &[u8], order: u32, f: usize, faults: &mut Faults)
 }
 
 /// Load folio `f` (exclusive, timed), then compare it (not timed).
-fn load_one(
+pub(crate) fn load_one(
+    z: &Zswap,
+    pages: &[u8],
+    order: u32,
+    f: usize,
+    buf: &mut [u8],
+    faults: &mut Faults,
+) -> Duration {
+    load_one_by(Clock::Wall, z, pages, order, f, buf, faults)
+}
+
+/// [`load_one`] timed by `clock`.
+pub(crate) fn load_one_by(
+    clock: Clock,
     z: &Zswap,
     pages: &[u8],
     order: u32,
@@ -257,9 +316,9 @@ fn load_one(
 ) -> Duration {
     let folio = PAGE_SIZE << order;
     let first = SwapEntry::new(1, (f as u64) << order);
-    let t0 = Instant::now();
+    let t0 = clock.now();
     let r = z.load_folio(first, order, buf, LoadMode::Exclusive);
-    let t = t0.elapsed();
+    let t = clock.now().saturating_sub(t0);
     match r {
         Ok(()) => faults.mismatches += count_mismatches(buf, &pages[f * folio..(f + 1) * folio]),
         Err(_) => {
@@ -274,7 +333,7 @@ fn load_one(
 /// turns at going first, so that whatever else the machine runs meanwhile,
 /// and the cache state one leaves the other, falls on both sides alike.
 /// Returns the two total times.
-fn paired(
+pub(crate) fn paired(
     folios: usize,
     mut raw: impl FnMut(usize) -> Duration,
     mut cache: impl FnMut(usize) -> Duration,
@@ -292,19 +351,19 @@ fn paired(
     (tr, tc)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-fn count_mismatches(got: &[u8], want: &[u8]) -> u64 {
+pub(crate) fn count_mismatches(got: &[u8], want: &[u8]) -> u64 {
     got.chunks_exact(PAGE_SIZE)
         .zip(want.chunks_exact(PAGE_SIZE))
         .filter(|(a, b)| a != b)
         .count() as u64
 }
 
-fn zswap(compressor: &str, workers: usize, batch_size: usize) -> anyhow::Result<Zswap> {
+pub(crate) fn zswap(compressor: &str, workers: usize, batch_size: usize) -> anyhow::Result<Zswap> {
     Zswap::new(ZswapConfig {
         compressor: compressor.to_string(),
         workers,
@@ -318,7 +377,7 @@ fn zswap(compressor: &str, workers: usize, batch_size: usize) -> anyhow::Result<
 }
 
 /// Store every folio; returns MB/s of the stores.
-fn store_all(z: &Zswap, pages: &[u8], order: u32, faults: &mut Faults) -> f64 {
+pub(crate) fn store_all(z: &Zswap, pages: &[u8], order: u32, faults: &mut Faults) -> f64 {
     let folios = pages.len() / (PAGE_SIZE << order);
     let busy: Duration = (0..folios)
         .map(|f| store_one(z, pages, order, f, faults))
@@ -327,7 +386,7 @@ fn store_all(z: &Zswap, pages: &[u8], order: u32, faults: &mut Faults) -> f64 {
 }
 
 /// Load every folio (exclusive, timed), compare it (not timed).
-fn load_all(z: &Zswap, pages: &[u8], order: u32, faults: &mut Faults) -> f64 {
+pub(crate) fn load_all(z: &Zswap, pages: &[u8], order: u32, faults: &mut Faults) -> f64 {
     let mut buf = vec![0u8; PAGE_SIZE << order];
     let folios = pages.len() / buf.len();
     let busy: Duration = (0..folios)

@@ -10,6 +10,7 @@ use clap::Subcommand;
 pub mod alloc;
 pub mod compare;
 pub mod engine;
+pub mod seeds;
 pub mod shrinker;
 
 #[derive(Subcommand)]
@@ -22,6 +23,8 @@ pub enum BenchCmd {
     Shrinker(shrinker::Args),
     /// usemem against uzswap, kernel zswap, zram and disk swap side by side.
     Compare(compare::Args),
+    /// Each seed's headline claim reproduced here, beside the seed's figure.
+    Seeds(seeds::Args),
 }
 
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -30,6 +33,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Alloc(a) => alloc::run(a),
         BenchCmd::Shrinker(a) => shrinker::run(a),
         BenchCmd::Compare(a) => compare::run(a),
+        BenchCmd::Seeds(a) => seeds::run(a),
     }
 }
 

@@ -80,15 +80,19 @@ fn device(args: &Args, pages: u64) -> SwapDeviceConfig {
     }
 }
 
-struct RunFigures {
-    cpu_s: f64,
-    elapsed_s: f64,
-    refaults: u64,
-    written_back_pages: u64,
-    pool_refaults: u64,
-    device_refaults: u64,
-    evictions: u64,
-    store_rejected: u64,
+pub(crate) struct RunFigures {
+    pub(crate) cpu_s: f64,
+    pub(crate) elapsed_s: f64,
+    pub(crate) refaults: u64,
+    pub(crate) written_back_pages: u64,
+    pub(crate) pool_refaults: u64,
+    pub(crate) device_refaults: u64,
+    pub(crate) evictions: u64,
+    pub(crate) store_rejected: u64,
+    /// Refaulted pages whose bytes were not the page's pattern.
+    pub(crate) mismatches: u64,
+    /// Proactive shrinks that stopped at the protected region.
+    pub(crate) stop_protected: u64,
 }
 
 /// xorshift: the same sequence for both runs.
@@ -153,7 +157,14 @@ fn sizes(args: &Args) -> anyhow::Result<Sizes> {
     })
 }
 
-fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<RunFigures> {
+/// One run of the hot/cold workload; `protect`: whether the shrinker keeps
+/// out of its protected region (seed 003's warm-page estimate).
+pub(crate) fn run_once(
+    args: &Args,
+    pattern: Pattern,
+    shrinker: bool,
+    protect: bool,
+) -> anyhow::Result<RunFigures> {
     let Sizes {
         hot,
         total,
@@ -164,6 +175,7 @@ fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<Run
         compressor: args.compressor.clone(),
         max_pool_bytes: budget / 100 * 90,
         shrinker_enabled: shrinker,
+        shrinker_protect: protect,
         writeback_encrypted: !args.writeback_plain,
         swap_device: Some(device(args, total)),
         psi_trigger: None,
@@ -177,6 +189,7 @@ fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<Run
     let mut hand = 0usize;
     let mut page = vec![0u8; PAGE_SIZE];
     let (mut refaults, mut evictions, mut rejected) = (0u64, 0u64, 0u64);
+    let mut mismatches = 0u64;
     let s0 = z.stats();
     let (cpu0, t0) = (cpu_seconds(), Instant::now());
 
@@ -190,6 +203,9 @@ fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<Run
             z.load(SwapEntry::new(0, i), page, LoadMode::Exclusive)
                 .with_context(|| format!("refault of page {i}"))?;
             refaults += 1;
+            if !pattern.verify(i, 1, page) {
+                mismatches += 1;
+            }
         } else {
             pattern.fill(i, 1, page);
             touched[iu] = true;
@@ -253,6 +269,8 @@ fn run_once(args: &Args, pattern: Pattern, shrinker: bool) -> anyhow::Result<Run
         device_refaults: s.pswpin,
         evictions,
         store_rejected: rejected,
+        mismatches,
+        stop_protected: s.shrink_stop_protected - s0.shrink_stop_protected,
     })
 }
 
@@ -331,8 +349,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    let off = run_once(&args, pattern, false)?;
-    let on = run_once(&args, pattern, true)?;
+    let off = run_once(&args, pattern, false, true)?;
+    let on = run_once(&args, pattern, true, true)?;
     let fmt_c = format_run(&args, pattern, true)?;
     let fmt_p = format_run(&args, pattern, false)?;
     let fig = |r: &RunFigures| {
@@ -345,6 +363,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "device_refaults": r.device_refaults,
             "evictions": r.evictions,
             "store_rejected": r.store_rejected,
+            "mismatches": r.mismatches,
         })
     };
     let cpu_reduction = 1.0 - on.cpu_s / off.cpu_s;
@@ -371,6 +390,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     println!("device format: compressed {fmt_c}");
     println!("device format: plain      {fmt_p}");
+    let mismatches = off.mismatches + on.mismatches;
+    println!("verify: {mismatches} refaulted pages differed from their pattern");
     if args.json {
         println!(
             "{}",
@@ -384,6 +405,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "command": command.join(" "),
             })
         );
+    }
+    if mismatches > 0 {
+        anyhow::bail!("{mismatches} refaulted pages came back different");
     }
     Ok(())
 }

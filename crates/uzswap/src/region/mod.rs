@@ -264,6 +264,9 @@ pub struct Writeback {
     pub direct_io: bool,
     /// Device readahead window 2^page_cluster slots (`vm.page-cluster`).
     pub page_cluster: u32,
+    /// The global-lock baseline slot allocator instead of the cluster
+    /// allocator (`SwapDeviceConfig::baseline_allocator`): for benchmarks.
+    pub baseline_allocator: bool,
 }
 
 impl Default for Writeback {
@@ -273,6 +276,7 @@ impl Default for Writeback {
             size_bytes: 0,
             direct_io: true,
             page_cluster: 3,
+            baseline_allocator: false,
         }
     }
 }
@@ -973,6 +977,7 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
                 page_cluster: wb.page_cluster,
                 direct_io: wb.direct_io,
                 discard: true,
+                baseline_allocator: wb.baseline_allocator,
             });
         }
     }

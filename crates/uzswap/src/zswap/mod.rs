@@ -147,8 +147,13 @@ pub struct ZswapConfig {
     /// After hitting the limit, accept stores again only once the pool is
     /// below this percentage of the limit (kernel: accept_threshold_percent).
     pub accept_threshold_percent: u32,
-    /// Keep non-zero repeated-word pages as a value too (zero pages always are).
+    /// Keep non-zero repeated-word pages as a value too (zero pages are,
+    /// while `same_filled` is on).
     pub same_filled_nonzero: bool,
+    /// Detect same-filled pages at all (default on). Off, every page is
+    /// compressed and stored in the pool, zero pages included: the ablation
+    /// seed 004 argues about (`uzswap bench seeds`).
+    pub same_filled: bool,
     /// A page whose compressed size exceeds this percentage of a page
     /// compressed poorly.
     pub max_compressed_percent: u32,
@@ -165,6 +170,10 @@ pub struct ZswapConfig {
     /// Let the shrinker write back on memory pressure, not only when the
     /// pool limit is hit (memory.zswap.shrinker.enabled, seed 003).
     pub shrinker_enabled: bool,
+    /// Keep the shrinker out of the protected (recently stored or loaded)
+    /// part of the LRU, seed 003's estimate of the warm pages (default on).
+    /// Off only to measure what the protection does (`uzswap bench seeds`).
+    pub shrinker_protect: bool,
     /// The swap device to write back to; `None`: no writeback. See also
     /// [`Zswap::with_device`] to share one device between instances.
     pub swap_device: Option<SwapDeviceConfig>,
@@ -209,11 +218,13 @@ impl Default for ZswapConfig {
             max_pool_bytes: u64::MAX,
             accept_threshold_percent: 90,
             same_filled_nonzero: true,
+            same_filled: true,
             max_compressed_percent: 90,
             store_incompressible: false,
             default_load: LoadMode::Exclusive,
             writeback_enabled: true,
             shrinker_enabled: true,
+            shrinker_protect: true,
             swap_device: None,
             writeback_compressed: true,
             writeback_encrypted: true,

@@ -145,9 +145,19 @@ impl Zswap {
         if lru == 0 {
             return 0;
         }
-        let freeable = lru.saturating_sub(self.tree.lru.protected());
+        let freeable = lru.saturating_sub(self.protected());
         let backing = self.pool.total_size() / PAGE_SIZE as u64;
         (freeable as u128 * backing as u128 / lru as u128) as u64
+    }
+
+    /// The protected-region estimate the shrinker honours: the LRU's, or 0
+    /// with `shrinker_protect` off.
+    fn protected(&self) -> u64 {
+        if self.cfg.shrinker_protect {
+            self.tree.lru.protected()
+        } else {
+            0
+        }
     }
 
     /// Shrink now, on the calling thread: scan up to `nr` entries (at most
@@ -188,7 +198,7 @@ impl Zswap {
             };
         }
         // Seed 003: do not start a scan that would reach the warm region.
-        if self.tree.lru.protected() > self.tree.lru.len().saturating_sub(nr) {
+        if self.protected() > self.tree.lru.len().saturating_sub(nr) {
             Counters::add(&self.counters.shrink_stop_protected, 1);
             return ShrinkResult {
                 stop: Some(ShrinkStop::Protected),

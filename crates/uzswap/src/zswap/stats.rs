@@ -132,6 +132,10 @@ pub struct ZswapStats {
     pub recompress_poor: u64,
     /// Whether the memory-pressure (PSI) trigger is armed.
     pub psi_active: bool,
+    /// Tree shard lock acquisitions so far (every operation that touches
+    /// the tree, the shrinker's walks included): a folio
+    /// store or load takes one for all its pages (seed 000).
+    pub tree_locks: u64,
     /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
     pub mthp: BTreeMap<String, OrderStats>,
 }
@@ -203,6 +207,7 @@ impl super::Zswap {
         s.swap_slots = self.swap_map.as_ref().map_or(0, |m| m.used());
         s.shrink_protected = self.tree.lru.protected();
         s.psi_active = self.shrinker_psi_active();
+        s.tree_locks = self.tree.lock_count();
         s
     }
 }

@@ -171,7 +171,12 @@ impl Zswap {
         page: &[u8],
         ctx: &mut dyn crate::compress::CompressCtx,
     ) -> Result<ZswapEntry, StoreError> {
-        if let Some(v) = same_filled_value(page) {
+        if let Some(v) = self
+            .cfg
+            .same_filled
+            .then(|| same_filled_value(page))
+            .flatten()
+        {
             if v == 0 || self.cfg.same_filled_nonzero {
                 return Ok(ZswapEntry {
                     payload: Payload::SameFilled(v),

@@ -54,6 +54,11 @@ pub(crate) struct Shard {
 
 pub(crate) struct Tree {
     shards: Box<[Mutex<Shard>]>,
+    /// Lock acquisitions per shard (`Tree::lock_count`), written only by the
+    /// holder of that shard's lock, so a plain load and store suffice: no
+    /// locked instruction is added to the path it counts. Counted because
+    /// seed 000's point is how many tree operations a folio costs.
+    locks: Box<[AtomicU64]>,
     len: AtomicU64,
     /// Clean copies in the tree (entries with `clean` set).
     clean: AtomicU64,
@@ -66,6 +71,7 @@ impl Tree {
     pub fn new() -> Self {
         Tree {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            locks: (0..SHARDS).map(|_| AtomicU64::new(0)).collect(),
             len: AtomicU64::new(0),
             clean: AtomicU64::new(0),
             raw_shards: AtomicU64::new(0),
@@ -88,11 +94,19 @@ impl Tree {
 
     /// Lock shard number `idx` (the shrinker walks shards by index).
     pub fn lock_index(&self, idx: usize) -> ShardGuard<'_> {
+        let shard = self.shards[idx].lock();
+        let c = &self.locks[idx];
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         ShardGuard {
-            shard: self.shards[idx].lock(),
+            shard,
             tree: self,
             idx,
         }
+    }
+
+    /// Shard lock acquisitions so far, all shards (a snapshot).
+    pub fn lock_count(&self) -> u64 {
+        self.locks.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
     /// Entries in the tree (pool, same-filled and written back).
