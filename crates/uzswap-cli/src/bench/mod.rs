@@ -8,8 +8,10 @@
 use clap::Subcommand;
 
 pub mod alloc;
+pub mod bars;
 pub mod compare;
 pub mod engine;
+pub mod programs;
 pub mod shrinker;
 
 #[derive(Subcommand)]
@@ -22,6 +24,9 @@ pub enum BenchCmd {
     Shrinker(shrinker::Args),
     /// usemem against uzswap, kernel zswap, zram and disk swap side by side.
     Compare(compare::Args),
+    /// Real programs plain, under `uzswap run` and under the kernel's
+    /// zswap and zram at the same memory: slowdown, peak memory, output.
+    Programs(programs::Args),
 }
 
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -30,6 +35,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Alloc(a) => alloc::run(a),
         BenchCmd::Shrinker(a) => shrinker::run(a),
         BenchCmd::Compare(a) => compare::run(a),
+        BenchCmd::Programs(a) => programs::run(a),
     }
 }
 
