@@ -178,6 +178,25 @@ fn preload_path(a: &Args) -> Result<PathBuf> {
     Ok(p.canonicalize()?)
 }
 
+/// Each process's figures from a `--stats` file (the library appends one
+/// JSON line per process as it exits); lines that do not parse are skipped.
+pub fn read_stats(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The largest `peak_bytes` (resident region memory + pool) of `procs`.
+pub fn peak_of(procs: &[serde_json::Value]) -> u64 {
+    procs
+        .iter()
+        .filter_map(|p| p["peak_bytes"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward(sig: i32) {
@@ -290,18 +309,8 @@ pub fn run(a: Args) -> Result<()> {
     let status = child.wait()?;
     let elapsed = t0.elapsed().as_secs_f64();
     if a.json {
-        let procs: Vec<serde_json::Value> = stats
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        let peak = procs
-            .iter()
-            .filter_map(|p| p["peak_bytes"].as_u64())
-            .max()
-            .unwrap_or(0);
+        let procs = stats.as_deref().map(read_stats).unwrap_or_default();
+        let peak = peak_of(&procs);
         let summary = serde_json::json!({
             "command": a.cmd.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>(),
             "exit_code": status.code(),

@@ -118,3 +118,22 @@ fn swap_dir_on_tmpfs_warns() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_programs_bad_arguments() {
+    let p = ["bench", "programs", "--no-kernel"];
+    let with =
+        |extra: &[&'static str]| -> Vec<&'static str> { p.iter().chain(extra).copied().collect() };
+    assert_clean_failure(
+        &with(&["--only", "emacs"]),
+        "python, sqlite, sort, threads, redis",
+    );
+    assert_clean_failure(&with(&["--budget-share", "0"]), "out of range");
+    assert_clean_failure(&with(&["--budget-share", "nan"]), "out of range");
+    assert_clean_failure(&with(&["--folio", "3K"]), "power of two");
+    assert_clean_failure(&with(&["--compressor", "nope"]), "--compressor");
+    assert_clean_failure(
+        &["bench", "programs", "--kernel", "uzswap-lz4"],
+        "not a kernel backend",
+    );
+}

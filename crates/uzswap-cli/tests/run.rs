@@ -508,3 +508,44 @@ fn a_truncated_swap_file_under_a_running_program_is_sigbus() {
         assert!(!out.contains("ok"), "{handler}: {out}");
     }
 }
+
+/// Threads the program starts, under both handler modes, with most of
+/// their heap evicted: the checksum is the plain run's. In signal mode a
+/// thread's dynamic thread vector (which the thread library allocates with
+/// calloc as it creates the thread, and which every access to uzswap's
+/// thread-locals reads) was region memory: once evicted, the fault handler
+/// faulted on it with SIGBUS blocked, and the kernel killed the program.
+#[test]
+fn program_threads_under_both_handler_modes() {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("threads");
+    let st = Command::new(cc)
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(programs().join("threads.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling threads.c");
+    let bin = bin.to_str().unwrap();
+    // 32 MiB of heap under 12 MiB, 4 threads.
+    let prog = [bin, "32", "4", "20000"];
+    let want = ok(
+        &Command::new(bin).args(&prog[1..]).output().unwrap(),
+        "plain",
+    );
+    for handler in ["block", "signal"] {
+        let mut args = vec!["--budget", "12M", "--handler", handler, "--json", "--"];
+        args.extend_from_slice(&prog);
+        let out = ok(&run(&[], &args), handler);
+        let (prog_out, summary) = out.trim_end().rsplit_once('\n').expect("two lines");
+        assert_eq!(format!("{prog_out}\n"), want, "{handler}: output differs");
+        let s: serde_json::Value = serde_json::from_str(summary).expect("summary JSON");
+        let p = &s["processes"][0];
+        assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{handler}: {p}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

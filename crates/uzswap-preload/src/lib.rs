@@ -126,6 +126,13 @@ pub unsafe extern "C" fn pthread_create(
         return libc::ENOSYS;
     };
     if !internal() {
+        // The thread stays the program's, but what the thread library
+        // allocates for it here comes from glibc: its dynamic thread vector
+        // (calloc'd as the thread is made) is read by every access to our
+        // thread-locals, the SIGBUS handler's included, and in region memory
+        // it could be evicted; the handler then faults with SIGBUS blocked,
+        // which the kernel answers by killing the process.
+        let _g = Internal::enter();
         // SAFETY: the caller's arguments.
         return unsafe { create(t, attr, start, arg) };
     }

@@ -735,7 +735,7 @@ pub fn markdown(cells: &[Cell]) -> String {
     s
 }
 
-pub(crate) fn machine() -> Value {
+pub fn machine() -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .unwrap_or_default()
         .lines()
@@ -975,22 +975,6 @@ fn plot(
     cols: &[Column],
     budget: u64,
 ) -> Result<()> {
-    use plotters::prelude::*;
-    const COLORS: [RGBColor; 8] = [
-        RGBColor(31, 119, 180),
-        RGBColor(23, 190, 207),
-        RGBColor(214, 39, 40),
-        RGBColor(255, 127, 14),
-        RGBColor(127, 127, 127),
-        RGBColor(44, 160, 44),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-    ];
-    let root = BitMapBackend::new(path, (2100, 600)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let panels = root.split_evenly((1, 3));
-    let nb = cols.len();
-    let group = nb as f64 + 1.0;
     let metrics: [(&str, Metric); 3] = [
         ("throughput, MB/s (higher is better)", |c| {
             (c.ok || c.verify_checked_pages > 0).then_some(c.throughput_mbps)
@@ -1005,94 +989,31 @@ fn plot(
             |c| c.peak_bytes.map(|b| b as f64 / MIB),
         ),
     ];
-    for (panel, (area, (title, metric))) in panels.iter().zip(metrics).enumerate() {
-        let memory_panel = panel == 2;
-        let budget_mib = budget as f64 / MIB;
-        let ymax = cells
-            .iter()
-            .filter_map(metric)
-            .fold(if memory_panel { budget_mib } else { 0.0f64 }, f64::max)
-            .max(1e-6)
-            * 1.45; // headroom for the legend
-        let xmax = rows.len() as f64 * group;
-        let mut chart = ChartBuilder::on(area)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(30)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(0)
-            .y_max_light_lines(1)
-            .x_label_formatter(&|_| String::new())
-            .y_label_style(("sans-serif", 14))
-            .draw()?;
-        for (bi, col) in cols.iter().enumerate() {
-            let color = COLORS[bi % COLORS.len()];
-            let bars: Vec<(f64, f64)> = rows
+    let budget_mib = budget as f64 / MIB;
+    let panels: Vec<super::bars::Panel> = metrics
+        .iter()
+        .enumerate()
+        .map(|(i, (title, metric))| super::bars::Panel {
+            title: title.to_string(),
+            values: cols
                 .iter()
-                .enumerate()
-                .filter_map(|(pi, p)| {
-                    let c = cells
-                        .iter()
-                        .find(|c| &c.pattern == p && c.backend == col.label)?;
-                    Some((pi as f64 * group + 0.5 + bi as f64, metric(c)?))
+                .map(|col| {
+                    rows.iter()
+                        .map(|p| {
+                            cells
+                                .iter()
+                                .find(|c| &c.pattern == p && c.backend == col.label)
+                                .and_then(metric)
+                        })
+                        .collect()
                 })
-                .collect();
-            chart
-                .draw_series(
-                    bars.iter()
-                        .map(|&(x, y)| Rectangle::new([(x, 0.0), (x + 0.9, y)], color.filled())),
-                )?
-                .label(col.label.clone())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 6), (x + 12, y + 6)], color.filled())
-                });
-            chart.draw_series(bars.iter().map(|&(x, y)| {
-                Text::new(
-                    if y >= 100.0 {
-                        format!("{y:.0}")
-                    } else {
-                        format!("{y:.1}")
-                    },
-                    (x, y + ymax * 0.01),
-                    ("sans-serif", 11)
-                        .into_font()
-                        .transform(FontTransform::Rotate270),
-                )
-            }))?;
-        }
-        if memory_panel {
-            chart
-                .draw_series(LineSeries::new(
-                    [(0.0, budget_mib), (xmax, budget_mib)],
-                    BLACK.stroke_width(1),
-                ))?
-                .label(format!("nominal budget {budget_mib:.0} MiB"))
-                .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK));
-        }
-        // Row names under each group, in pixel coordinates.
-        for (pi, p) in rows.iter().enumerate() {
-            let (px, py) = chart.backend_coord(&(pi as f64 * group + group / 2.0, 0.0));
-            let (ox, oy) = area.get_base_pixel();
-            area.draw_text(
-                p,
-                &("sans-serif", 16).into_text_style(area),
-                (px - ox - 4 * p.len() as i32, py - oy + 8),
-            )?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()?;
-    }
-    root.present()?;
-    Ok(())
+                .collect(),
+            hline: (i == 2).then(|| (budget_mib, format!("nominal budget {budget_mib:.0} MiB"))),
+            log: false,
+        })
+        .collect();
+    let labels: Vec<String> = cols.iter().map(|c| c.label.clone()).collect();
+    super::bars::draw(path, (2100, 600), rows, &labels, &panels)
 }
 
 #[cfg(test)]

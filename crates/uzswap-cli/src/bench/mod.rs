@@ -8,8 +8,10 @@
 use clap::Subcommand;
 
 pub mod alloc;
+pub mod bars;
 pub mod compare;
 pub mod engine;
+pub mod programs;
 pub mod seeds;
 pub mod shrinker;
 
@@ -23,6 +25,9 @@ pub enum BenchCmd {
     Shrinker(shrinker::Args),
     /// usemem against uzswap, kernel zswap, zram and disk swap side by side.
     Compare(compare::Args),
+    /// Real programs plain, under `uzswap run` and under the kernel's
+    /// zswap and zram at the same memory: slowdown, peak memory, output.
+    Programs(programs::Args),
     /// Each seed's headline claim reproduced here, beside the seed's figure.
     Seeds(seeds::Args),
 }
@@ -33,6 +38,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Alloc(a) => alloc::run(a),
         BenchCmd::Shrinker(a) => shrinker::run(a),
         BenchCmd::Compare(a) => compare::run(a),
+        BenchCmd::Programs(a) => programs::run(a),
         BenchCmd::Seeds(a) => seeds::run(a),
     }
 }

@@ -64,8 +64,8 @@ pub fn detect() -> Result<(PathBuf, Version)> {
 
 impl Cgroup {
     /// Create `<root>/<name>` with its memory limit at `limit` bytes (swap
-    /// left unlimited).
-    pub fn create(j: &mut Journal, name: &str, limit: u64) -> Result<Cgroup> {
+    /// left unlimited); without a limit the cgroup only measures.
+    pub fn create(j: &mut Journal, name: &str, limit: Option<u64>) -> Result<Cgroup> {
         let (root, version) = detect()?;
         if version == Version::V2 {
             let sub = root.join("cgroup.subtree_control");
@@ -85,9 +85,12 @@ impl Cgroup {
             fs::create_dir(&dir).with_context(|| format!("create cgroup {}", dir.display()))
         })?;
         let cg = Cgroup { dir, version };
-        match version {
-            Version::V1 => write_value(&cg.dir.join("memory.limit_in_bytes"), &limit.to_string())?,
-            Version::V2 => {
+        match (version, limit) {
+            (_, None) => {}
+            (Version::V1, Some(limit)) => {
+                write_value(&cg.dir.join("memory.limit_in_bytes"), &limit.to_string())?
+            }
+            (Version::V2, Some(limit)) => {
                 write_value(&cg.dir.join("memory.max"), &limit.to_string())?;
                 // memory.high stays at max: reclaim happens at the limit, as in v1.
             }

@@ -46,6 +46,8 @@ const PAGE: u64 = 4096;
 static JOURNAL: Mutex<Option<Journal>> = Mutex::new(None);
 /// The workload child's pid while it runs, else 0.
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A directory of the run's scratch files, removed by the signal thread too.
+static SCRATCH_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Where the journal's state file lives: tmpfs, so a reboot (which undoes
 /// every setting anyway) also forgets it.
@@ -58,7 +60,7 @@ pub fn state_dir() -> PathBuf {
 }
 
 /// Record-and-change under the journal lock.
-fn with_journal<T>(f: impl FnOnce(&mut Journal) -> Result<T>) -> Result<T> {
+fn with_journal_entry<T>(f: impl FnOnce(&mut Journal) -> Result<T>) -> Result<T> {
     let mut g = JOURNAL.lock();
     let j = g
         .as_mut()
@@ -110,7 +112,8 @@ fn install_signal_thread() -> Result<libc::sigset_t> {
                 return;
             }
             let pid = CHILD.load(Ordering::SeqCst);
-            if pid > 0 {
+            if pid != 0 {
+                // A negative pid is a process group: the whole tree goes.
                 // SAFETY: kill() has no memory-safety preconditions.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
@@ -118,33 +121,45 @@ fn install_signal_thread() -> Result<libc::sigset_t> {
             for e in restore_all() {
                 eprintln!("uzswap: restore: {e}");
             }
+            if let Some(d) = SCRATCH_DIR.lock().take() {
+                let _ = std::fs::remove_dir_all(d);
+            }
             std::process::exit(128 + sig);
         })?;
     Ok(old)
 }
 
-pub fn run_usemem(args: &Args) -> Result<()> {
-    let backend = args.backend;
-    // SAFETY: geteuid() has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        bail!(
-            "usemem --backend {}: needs root: it turns on swap, sets up zram, changes zswap and THP \
-             settings and creates a memory cgroup (all restored afterwards); run it as root",
-            backend.name()
-        );
+/// The signal thread, started on the first call (call it from the main
+/// thread, before any other thread is started, so that every thread has
+/// the termination signals blocked); returns the mask to give children back.
+pub fn signal_mask() -> Result<libc::sigset_t> {
+    static MASK: std::sync::OnceLock<libc::sigset_t> = std::sync::OnceLock::new();
+    if let Some(m) = MASK.get() {
+        return Ok(*m);
     }
-    let budget = args.budget.unwrap_or(args.size / 2);
-    if budget < (16 << 20) {
-        bail!("--budget {budget}: the kernel baselines need at least 16 MiB (the cgroup limit)");
-    }
-    if args.size == 0 || args.workers == 0 {
-        bail!("--size and --workers must be positive");
-    }
-    if !args.folio.is_power_of_two() || !(PAGE..=(2 << 20)).contains(&args.folio) {
-        bail!("--folio {}: a power of two from 4K to 2M", args.folio);
-    }
+    let m = install_signal_thread()?;
+    Ok(*MASK.get_or_init(|| m))
+}
 
-    let child_mask = install_signal_thread()?;
+/// A directory of scratch files the signal thread removes (after the
+/// child is killed) when a termination signal ends the run; None when the
+/// run removes it itself.
+pub fn set_scratch_dir(dir: Option<PathBuf>) {
+    *SCRATCH_DIR.lock() = dir;
+}
+
+/// The process the signal thread kills before it restores: a pid, or a
+/// process group as a negative number; 0 for none.
+pub fn set_child(pid: i32) {
+    CHILD.store(pid, Ordering::SeqCst);
+}
+
+/// Run `f` with a settings journal: what an earlier, killed run left behind
+/// is undone first, and every change `f` journals is undone when it
+/// returns, on error too (and by the signal thread on SIGINT, SIGTERM or
+/// SIGHUP). Fails if the restore fails, even when `f` succeeded.
+pub fn with_journal<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    signal_mask()?;
     let dir = state_dir();
     if let Some(r) = settings::recover(&dir)? {
         eprintln!(
@@ -165,20 +180,338 @@ pub fn run_usemem(args: &Args) -> Result<()> {
         }
     }
     *JOURNAL.lock() = Some(Journal::create(&dir)?);
-
-    let result = run_with_settings(args, backend, budget, child_mask);
+    let result = f();
     let errors = restore_all();
-    let mut report = result?;
+    let v = result?;
     if !errors.is_empty() {
         bail!(
             "run finished but restoring settings failed: {}",
             errors.join("; ")
         );
     }
+    Ok(v)
+}
+
+/// Whether this process may change the machine (swap, zram, zswap, THP,
+/// cgroups): root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid() has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn run_usemem(args: &Args) -> Result<()> {
+    let backend = args.backend;
+    if !is_root() {
+        bail!(
+            "usemem --backend {}: needs root: it turns on swap, sets up zram, changes zswap and THP \
+             settings and creates a memory cgroup (all restored afterwards); run it as root",
+            backend.name()
+        );
+    }
+    let budget = args.budget.unwrap_or(args.size / 2);
+    if budget < MIN_CGROUP_LIMIT {
+        bail!(
+            "--budget {budget}: the kernel baselines need at least {} MiB (the cgroup limit)",
+            MIN_CGROUP_LIMIT >> 20
+        );
+    }
+    if args.size == 0 || args.workers == 0 {
+        bail!("--size and --workers must be positive");
+    }
+    if !args.folio.is_power_of_two() || !(PAGE..=(2 << 20)).contains(&args.folio) {
+        bail!("--folio {}: a power of two from 4K to 2M", args.folio);
+    }
+    let child_mask = signal_mask()?;
+    let mut report = with_journal(|| run_with_settings(args, backend, budget, child_mask))?;
     report["kernel"]["restored"] = json!(true);
     print_report(&report, args.json);
     Ok(())
 }
+
+/// What one run asks of the machine.
+pub struct Setup<'a> {
+    /// The kernel backend, or `Backend::None`: only a memory cgroup without
+    /// a limit, to measure a run (no swap, zswap or THP setting changed).
+    pub backend: Backend,
+    /// zswap's or zram's compressor.
+    pub compressor: &'a str,
+    /// The mTHP size anonymous memory gets (kernel backends).
+    pub folio: u64,
+    /// The swap file's or zram device's size (kernel backends).
+    pub swap_size: u64,
+    /// The cgroup's memory limit; None leaves it unlimited.
+    pub limit: Option<u64>,
+    /// The cgroup's name (unique on the machine).
+    pub cgroup_name: String,
+}
+
+/// The machine set up for one run, every change in the journal: the swap
+/// device, zswap and THP settings (kernel backends) and the memory cgroup
+/// the run joins. Only valid inside `with_journal`.
+pub struct Prepared {
+    pub cg: cgroup::Cgroup,
+    pub backend: Backend,
+    pub limit: Option<u64>,
+    /// What was set, for the report.
+    pub applied: BTreeMap<String, String>,
+    zram: Option<swap::Zram>,
+    zswap_dbg: Option<PathBuf>,
+    pool_charged: bool,
+}
+
+/// Set the machine up for `s` (inside `with_journal`).
+pub fn prepare(s: &Setup<'_>) -> Result<Prepared> {
+    let mut applied = BTreeMap::<String, String>::new();
+    let kernel = s.backend != Backend::None;
+    let debugfs = if kernel { mount_debugfs()? } else { None };
+    let mut zram = None;
+    match s.backend {
+        Backend::KernelZswap | Backend::Swapfile => {
+            let path = swap::swapfile_path();
+            check_disk_space(path.parent().unwrap_or(Path::new("/")), s.swap_size)?;
+            with_journal_entry(|j| swap::setup_swapfile(j, &path, s.swap_size))?;
+            applied.insert(
+                "swap".into(),
+                format!("file {} ({} MiB)", path.display(), s.swap_size >> 20),
+            );
+        }
+        Backend::Zram => {
+            let z = with_journal_entry(|j| swap::setup_zram(j, s.compressor, s.swap_size))?;
+            applied.insert(
+                "swap".into(),
+                format!(
+                    "{} {} ({} MiB)",
+                    z.path.display(),
+                    s.compressor,
+                    s.swap_size >> 20
+                ),
+            );
+            zram = Some(z);
+        }
+        Backend::None => {}
+        Backend::Uzswap => bail!("not a kernel backend: {}", s.backend.name()),
+    }
+    if kernel {
+        setup_zswap(
+            s.backend == Backend::KernelZswap,
+            s.compressor,
+            &mut applied,
+        )?;
+        setup_thp(s.folio, &mut applied)?;
+        if let Ok(pc) = std::fs::read_to_string("/proc/sys/vm/page-cluster") {
+            applied.insert("page_cluster".into(), pc.trim().to_string());
+        }
+    }
+    let cg = with_journal_entry(|j| cgroup::Cgroup::create(j, &s.cgroup_name, s.limit))?;
+    applied.insert(
+        "cgroup".into(),
+        match s.limit {
+            Some(l) => format!("{} ({:?}) limit {l}", cg.dir.display(), cg.version),
+            None => format!("{} ({:?}) no limit", cg.dir.display(), cg.version),
+        },
+    );
+    let zswap_dbg = debugfs
+        .as_ref()
+        .map(|d| d.join("zswap"))
+        .filter(|d| d.is_dir());
+    let pool_charged = zswap_pool_charged(cg.version);
+    Ok(Prepared {
+        cg,
+        backend: s.backend,
+        limit: s.limit,
+        applied,
+        zram,
+        zswap_dbg,
+        pool_charged,
+    })
+}
+
+/// Make `cmd` start inside `cg` (when given: it joins between fork and
+/// exec, so all its memory is charged there), die with this process rather
+/// than outlive its restore, and get the signal mask `mask` back. Returns
+/// the cgroup's `cgroup.procs`, to be kept open until `cmd` is spawned.
+pub fn child_setup(
+    cmd: &mut Command,
+    cg: Option<&cgroup::Cgroup>,
+    mask: libc::sigset_t,
+) -> Result<Option<std::fs::File>> {
+    let procs = cg
+        .map(|cg| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(cg.procs_file())
+                .with_context(|| format!("open {}", cg.procs_file().display()))
+        })
+        .transpose()?;
+    let fd = procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe calls (write, prctl, pthread_sigmask) on data
+    // prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = fd {
+                // "0" is the writing process itself.
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    Ok(procs)
+}
+
+/// The kernel's figures of one run, from `Prepared::start` to `finish`.
+pub struct Measuring<'p> {
+    p: &'p Prepared,
+    before: vmstat::Snapshot,
+    dbg_before: BTreeMap<String, u64>,
+    psi_before: (u64, u64),
+    pool_before: u64,
+    sampler: Sampler,
+}
+
+/// What `Measuring::finish` found.
+pub struct Measured {
+    /// Everything, for the report's "kernel" object.
+    pub kernel: Value,
+    /// The run's real footprint (see `footprint`).
+    pub footprint: Option<u64>,
+    pub cgroup_max_usage: Option<u64>,
+    /// zswap's pool peak (kernel-zswap) or zram's device memory peak: what
+    /// `footprint` adds to the cgroup's figure when it was not charged.
+    pub uncharged_peak: u64,
+    pub compression_ratio: Option<f64>,
+    pub moved_out: u64,
+}
+
+impl Prepared {
+    /// Take the counters before the run and start sampling the gauges.
+    pub fn start(&self) -> Measuring<'_> {
+        let before = vmstat::Snapshot::take();
+        let dbg_before = self
+            .zswap_dbg
+            .as_deref()
+            .map(vmstat::read_dir_numbers)
+            .unwrap_or_default();
+        let psi_before = read_psi();
+        // Entries an earlier zswap user left behind are not this run's.
+        let pool_before = read_zswap_pool(self.zswap_dbg.as_deref());
+        let sampler = Sampler::start(
+            self.zswap_dbg.clone(),
+            self.zram.as_ref().map(|z| z.sys("mm_stat")),
+            Footprint {
+                usage: self.cg.usage_file(),
+                stat: self.cg.dir.join("memory.stat"),
+                add_pool: self.backend == Backend::KernelZswap && !self.pool_charged,
+                pool_before,
+            },
+        );
+        Measuring {
+            p: self,
+            before,
+            dbg_before,
+            psi_before,
+            pool_before,
+            sampler,
+        }
+    }
+
+    /// Processes the cgroup's OOM killer ended.
+    pub fn oom_kills(&self) -> u64 {
+        oom_kills(&self.cg)
+    }
+}
+
+impl Measuring<'_> {
+    /// Stop sampling (the run has ended) and gather the figures; `wall` is
+    /// the run's wall time.
+    pub fn finish(self, wall: f64) -> Measured {
+        let p = self.p;
+        let backend = p.backend;
+        let peaks = self.sampler.stop();
+        let after = vmstat::Snapshot::take();
+        let dbg_after = p
+            .zswap_dbg
+            .as_deref()
+            .map(vmstat::read_dir_numbers)
+            .unwrap_or_default();
+        let psi_after = read_psi();
+        let (vm, mthp) = after.delta(&self.before);
+        let dbg_delta: BTreeMap<String, i64> = dbg_after
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    *v as i64 - self.dbg_before.get(k).copied().unwrap_or(0) as i64,
+                )
+            })
+            .collect();
+        let moved_out = moved_out_bytes(&vm);
+        let ratio = match backend {
+            Backend::KernelZswap => peaks.zswap_ratio(),
+            Backend::Zram => peaks.zram.map(|m| m[0] as f64 / m[2].max(1) as f64),
+            _ => None,
+        };
+        let cg_peak = p.cg.max_usage();
+        let pool_peak = peaks.pool_bytes.saturating_sub(self.pool_before);
+        let zram_peak = peaks.zram.map(|m| m[4]);
+        let peak = footprint(backend, cg_peak, p.pool_charged, pool_peak, zram_peak);
+        let uncharged = match backend {
+            Backend::KernelZswap if !p.pool_charged => pool_peak,
+            Backend::Zram => zram_peak.unwrap_or(0),
+            _ => 0,
+        };
+        let zswap = backend == Backend::KernelZswap;
+        let kernel = json!({
+            "vmstat": vm,
+            "mthp": mthp,
+            "zswap_debugfs": if p.zswap_dbg.is_some() {
+                json!({"at_peak": peaks.debugfs, "delta": dbg_delta})
+            } else { Value::Null },
+            "meminfo_peak": {"Zswap": peaks.zswap_bytes, "Zswapped": peaks.zswapped_bytes},
+            "zram_mm_stat_peak": peaks.zram.map(|m| json!({
+                "orig_data_size": m[0], "compr_data_size": m[1], "mem_used_total": m[2],
+                "mem_limit": m[3], "mem_used_max": m[4], "same_pages": m[5]})),
+            "cgroup_limit_bytes": p.limit,
+            "cgroup_max_usage_bytes": cg_peak,
+            "cgroup_version": format!("{:?}", p.cg.version),
+            "zswap_pool_peak_bytes": zswap.then_some(pool_peak),
+            "zswap_pool_before_bytes": zswap.then_some(self.pool_before),
+            "zswap_pool_charged": zswap.then_some(p.pool_charged),
+            "footprint_sampled_peak_bytes": peaks.footprint_bytes,
+            "footprint_sampled_stat": peaks.footprint_stat,
+            "cgroup_stat_after": p.cg.stat().into_iter().filter(|(k, _)| k.contains("swap") || k.contains("pgmaj")).collect::<BTreeMap<_, _>>(),
+            "psi_memory_us": {
+                "some": psi_after.0.saturating_sub(self.psi_before.0),
+                "full": psi_after.1.saturating_sub(self.psi_before.1),
+            },
+            "settings": p.applied,
+            "wall_s": wall,
+        });
+        Measured {
+            kernel,
+            footprint: peak,
+            cgroup_max_usage: cg_peak,
+            uncharged_peak: uncharged,
+            compression_ratio: ratio,
+            moved_out,
+        }
+    }
+}
+
+/// The swap area for a run of `bytes` of memory: room for all of it, plus
+/// slack for fragmentation and large-folio clusters, so the run is never
+/// killed for want of swap; in whole 2 MiB.
+pub fn swap_size_for(bytes: u64) -> u64 {
+    (bytes + bytes / 4 + (64 << 20)).div_ceil(2 << 20) * (2 << 20)
+}
+
+/// The smallest cgroup limit a kernel baseline runs under: below it the
+/// cgroup's own overhead and the program's code crowd out its data.
+pub const MIN_CGROUP_LIMIT: u64 = 16 << 20;
 
 /// Set the machine up for `backend`, run the workload, gather the figures.
 fn run_with_settings(
@@ -187,91 +520,23 @@ fn run_with_settings(
     budget: u64,
     child_mask: libc::sigset_t,
 ) -> Result<Value> {
-    let mut applied = BTreeMap::<String, String>::new();
-    let debugfs = mount_debugfs()?;
-    // Room for the whole working set, plus slack for fragmentation and
-    // large-folio clusters, so the workload is never killed for want of swap.
-    let swap_size = (args.size + args.size / 4 + (64 << 20)).div_ceil(2 << 20) * (2 << 20);
-    let mut zram = None;
-    match backend {
-        Backend::KernelZswap | Backend::Swapfile => {
-            let path = swap::swapfile_path();
-            check_disk_space(path.parent().unwrap_or(Path::new("/")), swap_size)?;
-            with_journal(|j| swap::setup_swapfile(j, &path, swap_size))?;
-            applied.insert(
-                "swap".into(),
-                format!("file {} ({} MiB)", path.display(), swap_size >> 20),
-            );
-        }
-        Backend::Zram => {
-            let z = with_journal(|j| swap::setup_zram(j, &args.compressor, swap_size))?;
-            applied.insert(
-                "swap".into(),
-                format!(
-                    "{} {} ({} MiB)",
-                    z.path.display(),
-                    args.compressor,
-                    swap_size >> 20
-                ),
-            );
-            zram = Some(z);
-        }
-        Backend::Uzswap | Backend::None => bail!("not a kernel backend: {}", backend.name()),
-    }
-    setup_zswap(
-        backend == Backend::KernelZswap,
-        &args.compressor,
-        &mut applied,
-    )?;
-    setup_thp(args.folio, &mut applied)?;
-    if let Ok(pc) = std::fs::read_to_string("/proc/sys/vm/page-cluster") {
-        applied.insert("page_cluster".into(), pc.trim().to_string());
-    }
-    let cg = with_journal(|j| {
-        cgroup::Cgroup::create(j, &format!("uzswap-{}", std::process::id()), budget)
+    let swap_size = swap_size_for(args.size);
+    let p = prepare(&Setup {
+        backend,
+        compressor: &args.compressor,
+        folio: args.folio,
+        swap_size,
+        limit: Some(budget),
+        cgroup_name: format!("uzswap-{}", std::process::id()),
     })?;
-    applied.insert(
-        "cgroup".into(),
-        format!("{} ({:?}) limit {budget}", cg.dir.display(), cg.version),
-    );
-
-    let zswap_dbg = debugfs
-        .as_ref()
-        .map(|d| d.join("zswap"))
-        .filter(|d| d.is_dir());
-    let before = vmstat::Snapshot::take();
-    let dbg_before = zswap_dbg
-        .as_deref()
-        .map(vmstat::read_dir_numbers)
-        .unwrap_or_default();
-    let psi_before = read_psi();
-    // Entries an earlier zswap user left behind are not this run's.
-    let pool_before = read_zswap_pool(zswap_dbg.as_deref());
-    let pool_charged = zswap_pool_charged(cg.version);
-
-    let sampler = Sampler::start(
-        zswap_dbg.clone(),
-        zram.as_ref().map(|z| z.sys("mm_stat")),
-        Footprint {
-            usage: cg.usage_file(),
-            add_pool: !pool_charged,
-            pool_before,
-        },
-    );
+    let m = p.start();
     let t0 = Instant::now();
-    let (status, stdout) = run_child(args, budget, &cg, child_mask);
+    let (status, stdout) = run_child(args, budget, &p.cg, child_mask);
     let wall = t0.elapsed().as_secs_f64();
-    let peaks = sampler.stop();
-
-    let after = vmstat::Snapshot::take();
-    let dbg_after = zswap_dbg
-        .as_deref()
-        .map(vmstat::read_dir_numbers)
-        .unwrap_or_default();
-    let psi_after = read_psi();
+    let measured = m.finish(wall);
     let (status, stdout) = (status?, stdout?);
     if !status.success() {
-        let oom = oom_kills(&cg);
+        let oom = p.oom_kills();
         let how = match (status.code(), status.signal()) {
             (Some(c), _) => format!("exited with status {c}"),
             (_, Some(s)) => format!("was killed by signal {s}"),
@@ -293,64 +558,13 @@ fn run_with_settings(
         .find(|l| l.trim_start().starts_with('{'))
         .context("the workload printed no JSON line")
         .and_then(|l| serde_json::from_str(l).context("the workload's JSON line does not parse"))?;
-
-    let (vm, mthp) = after.delta(&before);
-    let dbg_delta: BTreeMap<String, i64> = dbg_after
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                *v as i64 - dbg_before.get(k).copied().unwrap_or(0) as i64,
-            )
-        })
-        .collect();
-    let moved_out = moved_out_bytes(&vm);
-    let ratio = match backend {
-        Backend::KernelZswap => peaks.zswap_ratio(),
-        Backend::Zram => peaks.zram.map(|m| m[0] as f64 / m[2].max(1) as f64),
-        _ => None,
-    };
-    let cg_peak = cg.max_usage();
-    let pool_peak = peaks.pool_bytes.saturating_sub(pool_before);
-    let peak = footprint(
-        backend,
-        cg_peak,
-        pool_charged,
-        pool_peak,
-        peaks.zram.map(|m| m[4]),
-    );
-    let kernel = json!({
-        "vmstat": vm,
-        "mthp": mthp,
-        "zswap_debugfs": if zswap_dbg.is_some() {
-            json!({"at_peak": peaks.debugfs, "delta": dbg_delta})
-        } else { Value::Null },
-        "meminfo_peak": {"Zswap": peaks.zswap_bytes, "Zswapped": peaks.zswapped_bytes},
-        "zram_mm_stat_peak": peaks.zram.map(|m| json!({
-            "orig_data_size": m[0], "compr_data_size": m[1], "mem_used_total": m[2],
-            "mem_limit": m[3], "mem_used_max": m[4], "same_pages": m[5]})),
-        "cgroup_limit_bytes": budget,
-        "cgroup_max_usage_bytes": cg_peak,
-        "cgroup_version": format!("{:?}", cg.version),
-        "zswap_pool_peak_bytes": (backend == Backend::KernelZswap).then_some(pool_peak),
-        "zswap_pool_before_bytes": (backend == Backend::KernelZswap).then_some(pool_before),
-        "zswap_pool_charged": (backend == Backend::KernelZswap).then_some(pool_charged),
-        "footprint_sampled_peak_bytes": peaks.footprint_bytes,
-        "cgroup_stat_after": cg.stat().into_iter().filter(|(k, _)| k.contains("swap") || k.contains("pgmaj")).collect::<BTreeMap<_, _>>(),
-        "psi_memory_us": {
-            "some": psi_after.0.saturating_sub(psi_before.0),
-            "full": psi_after.1.saturating_sub(psi_before.1),
-        },
-        "settings": applied,
-        "wall_s": wall,
-    });
     Ok(merge_kernel(
         child,
         backend.name(),
-        kernel,
-        peak,
-        ratio,
-        moved_out,
+        measured.kernel,
+        measured.footprint,
+        measured.compression_ratio,
+        measured.moved_out,
     ))
 }
 
@@ -485,31 +699,11 @@ fn run_child(
 ) -> (Result<std::process::ExitStatus>, Result<String>) {
     let spawn = || -> Result<std::process::Child> {
         let exe = std::env::current_exe().context("find the uzswap executable")?;
-        let procs = std::fs::OpenOptions::new()
-            .write(true)
-            .open(cg.procs_file())
-            .with_context(|| format!("open {}", cg.procs_file().display()))?;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
         let mut cmd = Command::new(exe);
         cmd.args(child_args(args, budget))
             .stdin(Stdio::null())
             .stdout(Stdio::piped());
-        // SAFETY: the closure runs between fork and exec and only makes
-        // async-signal-safe calls (write, prctl, pthread_sigmask) on data
-        // prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                // "0" is the writing process itself: the child joins the
-                // cgroup before exec, so all its memory is charged there.
-                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // Die with the parent rather than outlive its restore.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-                Ok(())
-            });
-        }
+        let procs = child_setup(&mut cmd, Some(cg), mask)?;
         let child = cmd.spawn().context("start the workload")?;
         drop(procs);
         Ok(child)
@@ -553,7 +747,7 @@ fn mount_debugfs() -> Result<Option<PathBuf>> {
     if !Path::new(DEBUGFS).is_dir() {
         return Ok(None);
     }
-    let ok = with_journal(|j| {
+    let ok = with_journal_entry(|j| {
         j.apply(
             settings::Undo::Umount {
                 path: DEBUGFS.into(),
@@ -584,11 +778,11 @@ fn setup_zswap(on: bool, compressor: &str, applied: &mut BTreeMap<String, String
         return Ok(());
     }
     if !on {
-        with_journal(|j| j.set(&p.join("enabled"), "N"))?;
+        with_journal_entry(|j| j.set(&p.join("enabled"), "N"))?;
         applied.insert("zswap".into(), "off".into());
         return Ok(());
     }
-    with_journal(|j| j.set(&p.join("compressor"), compressor)).with_context(|| {
+    with_journal_entry(|j| j.set(&p.join("compressor"), compressor)).with_context(|| {
         format!("zswap cannot use compressor '{compressor}' (this kernel's crypto API lacks it? see /proc/crypto)")
     })?;
     let mut desc = vec![format!("compressor={compressor}")];
@@ -598,11 +792,11 @@ fn setup_zswap(on: bool, compressor: &str, applied: &mut BTreeMap<String, String
         ("shrinker_enabled", "Y"),
     ] {
         if p.join(k).exists() {
-            with_journal(|j| j.set(&p.join(k), v))?;
+            with_journal_entry(|j| j.set(&p.join(k), v))?;
             desc.push(format!("{k}={v}"));
         }
     }
-    with_journal(|j| j.set(&p.join("enabled"), "Y"))?;
+    with_journal_entry(|j| j.set(&p.join("enabled"), "Y"))?;
     desc.push("enabled=Y".into());
     applied.insert("zswap".into(), desc.join(" "));
     Ok(())
@@ -636,10 +830,10 @@ fn setup_thp(folio: u64, applied: &mut BTreeMap<String, String>) -> Result<()> {
             sizes.join(", ")
         );
     }
-    with_journal(|j| j.set(&base.join("enabled"), "never"))?;
+    with_journal_entry(|j| j.set(&base.join("enabled"), "never"))?;
     for s in &sizes {
         let v = if *s == want { "always" } else { "never" };
-        with_journal(|j| j.set(&base.join(s).join("enabled"), v))?;
+        with_journal_entry(|j| j.set(&base.join(s).join("enabled"), v))?;
     }
     applied.insert(
         "thp".into(),
@@ -707,6 +901,9 @@ struct Peaks {
     /// cgroup usage + zswap pool + zram device memory read together, at
     /// their largest: a sampled check on `footprint`'s sum of peaks.
     footprint_bytes: u64,
+    /// The cgroup's memory.stat when `footprint_bytes` was sampled: what
+    /// its charge was made of (anonymous memory, page cache).
+    footprint_stat: BTreeMap<String, u64>,
 }
 
 impl Peaks {
@@ -721,10 +918,24 @@ impl Peaks {
     }
 }
 
+/// The parts of a cgroup's charge in its memory.stat, under both
+/// versions' names: `anon` (v1 `rss`) and `file` (page cache; v1 `cache`).
+pub fn cgroup_parts(stat: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for (k, names) in [("anon", ["anon", "rss"]), ("file", ["file", "cache"])] {
+        if let Some(v) = names.iter().find_map(|n| stat.get(*n)) {
+            m.insert(k.to_string(), *v);
+        }
+    }
+    m
+}
+
 /// What the sampler adds up for its simultaneous footprint figure.
 struct Footprint {
     /// The cgroup's current-usage file.
     usage: PathBuf,
+    /// Its memory.stat.
+    stat: PathBuf,
     /// zswap's pool is not in the cgroup's usage (cgroup v1).
     add_pool: bool,
     /// Pool bytes present before the run.
@@ -784,7 +995,13 @@ impl Sampler {
                 } else {
                     0
                 };
-                p.footprint_bytes = p.footprint_bytes.max(cg_now + pool_out + zram_used);
+                let now = cg_now + pool_out + zram_used;
+                if now > p.footprint_bytes {
+                    p.footprint_bytes = now;
+                    p.footprint_stat = cgroup_parts(&vmstat::parse_kv(
+                        &std::fs::read_to_string(&fp.stat).unwrap_or_default(),
+                    ));
+                }
                 if done {
                     return p;
                 }
@@ -978,6 +1195,20 @@ mod tests {
         let a = T::parse_from(["usemem", "--backend", "zram", "--access", "skew"]).a;
         let v = child_args(&a, 1 << 20);
         assert!(!v.iter().any(|x| x == "--zipf" || x == "--ops"));
+    }
+
+    #[test]
+    fn cgroup_parts_under_either_version() {
+        let v1: BTreeMap<String, u64> = [("rss", 10), ("cache", 4), ("mapped_file", 1)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        let p = cgroup_parts(&v1);
+        assert_eq!((p["anon"], p["file"], p.len()), (10, 4, 2));
+        let v2: BTreeMap<String, u64> = [("anon", 7), ("file", 3)]
+            .map(|(k, v)| (k.to_string(), v))
+            .into();
+        assert_eq!(cgroup_parts(&v2)["anon"], 7);
+        assert!(cgroup_parts(&BTreeMap::new()).is_empty());
     }
 
     #[test]
