@@ -148,11 +148,32 @@ wrap!(sendto(fd: i32, buf: *const c_void, n: usize, fl: i32, sa: *const sockaddr
         f(fd, buf, n, fl, sa, sl));
 wrap!(sendmsg(fd: i32, m: *const msghdr, fl: i32) pins |p| { p.msg(m, false) }
     => |f: unsafe extern "C" fn(i32, *const msghdr, i32) -> Ssize| f(fd, m, fl));
-// Random bytes straight into region memory (Python's `os.urandom`, a
-// `bytearray` of them): without the pin, EFAULT where the kernel's faults
-// are not served.
-wrap!(getrandom(buf: *mut c_void, n: usize, fl: u32) pins |p| { p.add(buf, n, true) }
-    => |f: unsafe extern "C" fn(*mut c_void, usize, u32) -> Ssize| f(buf, n, fl));
+/// Random bytes straight into region memory (Python's `os.urandom`, a
+/// `bytearray` of them): without the pin, EFAULT where the kernel's faults
+/// are not served. mimalloc seeds each thread's heap with this call while it
+/// sets the heap up, before any thread-local of ours may be touched (the
+/// first touch allocates, which would re-enter mimalloc half-initialised):
+/// a buffer outside every region, which its seed is, goes straight through
+/// with nothing but the lock-free range check.
+///
+/// # Safety
+/// As getrandom(2).
+#[no_mangle]
+pub unsafe extern "C" fn getrandom(buf: *mut c_void, n: usize, fl: u32) -> Ssize {
+    let _pins = if crate::vma::in_regions(buf as usize) {
+        Pins::new().map(|mut p| {
+            p.add(buf, n, true);
+            p
+        })
+    } else {
+        None
+    };
+    match real::getrandom() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(buf, n, fl) },
+        None => errno_enosys(),
+    }
+}
 
 /// Several messages at once: each header and what it names, and the
 /// lengths the kernel writes back (`msg_len`).
