@@ -321,25 +321,14 @@ fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `devfaults.py` under the runner with its swap file on a tmpfs of
-/// `fs_size` mounted for the test (None where that is not possible: the
-/// reason is printed). `breaker` breaks the device once the program is
-/// ready (given the mount point and the program's pid); returns the
-/// runner's status, stdout and the per-process stats JSON.
-fn devfaults(
-    case: &str,
-    handler: &str,
-    breaker: &dyn Fn(&Path, u32),
-) -> Option<(std::process::ExitStatus, String, String)> {
-    use std::io::{BufRead, Write};
-    let py = python()?;
-    let dir = std::env::temp_dir().join(format!(
-        "uzswap-devfaults-{}-{case}-{handler}",
-        std::process::id()
-    ));
+/// A tmpfs of `size` mounted at a fresh directory named after `name` and
+/// this process, or None with the reason printed (mounting needs root).
+/// The caller unmounts and removes it.
+fn tmpfs(name: &str, size: &str) -> Option<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("uzswap-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=96m", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
         .arg(&dir)
         .stderr(std::process::Stdio::null())
         .status()
@@ -352,6 +341,22 @@ fn devfaults(
         let _ = std::fs::remove_dir(&dir);
         return None;
     }
+    Some(dir)
+}
+
+/// `devfaults.py` under the runner with its swap file on a tmpfs of
+/// `fs_size` mounted for the test (None where that is not possible: the
+/// reason is printed). `breaker` breaks the device once the program is
+/// ready (given the mount point and the program's pid); returns the
+/// runner's status, stdout and the per-process stats JSON.
+fn devfaults(
+    case: &str,
+    handler: &str,
+    breaker: &dyn Fn(&Path, u32),
+) -> Option<(std::process::ExitStatus, String, String)> {
+    use std::io::{BufRead, Write};
+    let py = python()?;
+    let dir = tmpfs(&format!("devfaults-{case}-{handler}"), "96m")?;
     let stats = dir.with_extension("stats");
     let _ = std::fs::remove_file(&stats);
     let lib = preload().unwrap();
@@ -430,23 +435,9 @@ fn a_full_filesystem_is_refused_at_start_with_the_reason() {
         return;
     };
     for handler in ["block", "signal"] {
-        let dir =
-            std::env::temp_dir().join(format!("uzswap-fullstart-{}-{handler}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-            .arg(&dir)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !mounted {
-            eprintln!(
-                "skipping: cannot mount a tmpfs at {} (needs root)",
-                dir.display()
-            );
-            let _ = std::fs::remove_dir(&dir);
+        let Some(dir) = tmpfs(&format!("fullstart-{handler}"), "8m") else {
             return;
-        }
+        };
         let d = dir.display().to_string();
         let o = run(
             &[],
