@@ -132,7 +132,7 @@ pub mod failpoints;
 #[cfg(not(feature = "failpoints"))]
 mod failpoints;
 mod fault;
-mod latency;
+pub(crate) mod latency;
 mod pagemap;
 mod pin;
 mod share;
@@ -262,6 +262,10 @@ pub struct Writeback {
     pub direct_io: bool,
     /// Device readahead window 2^page_cluster slots (`vm.page-cluster`).
     pub page_cluster: u32,
+    /// Write back to Redis (the far tier) instead of a local file; `dir`
+    /// and `direct_io` then do not apply. Every value is sealed, so
+    /// `zswap.writeback_encrypted` must stay on.
+    pub remote: Option<crate::swap::RemoteConfig>,
 }
 
 impl Default for Writeback {
@@ -271,6 +275,7 @@ impl Default for Writeback {
             size_bytes: 0,
             direct_io: true,
             page_cluster: 3,
+            remote: None,
         }
     }
 }
@@ -969,8 +974,9 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
                     cfg.budget.saturating_mul(2).max(64 << 20)
                 },
                 page_cluster: wb.page_cluster,
-                direct_io: wb.direct_io,
+                direct_io: wb.direct_io && wb.remote.is_none(),
                 discard: true,
+                remote: wb.remote.clone(),
             });
         }
     }
@@ -981,7 +987,7 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
         // rarely have to write back themselves.
         z.pool_share_bytes = z.pool_share_bytes.min(share / 8 * 7);
     }
-    if let Some(d) = &z.swap_device {
+    if let Some(d) = z.swap_device.as_ref().filter(|d| d.remote.is_none()) {
         warn_memory_backed(&d.dir);
     }
     match Zswap::new(z.clone()) {

@@ -134,6 +134,14 @@ pub struct ZswapStats {
     pub psi_active: bool,
     /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
     pub mthp: BTreeMap<String, OrderStats>,
+    /// Where written-back pages go: "none", "file", "redis", "redis-cluster".
+    pub writeback_target: &'static str,
+    /// Service time of each device read a load made (one per stretch of
+    /// slots), the far tier's share of a fault served from it.
+    pub swap_read_latency_us: crate::region::LatencySummary,
+    /// The far tier's own figures (remote targets only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::swap::RemoteStats>,
 }
 
 impl ZswapStats {
@@ -203,6 +211,10 @@ impl super::Zswap {
         s.swap_slots = self.swap_map.as_ref().map_or(0, |m| m.used());
         s.shrink_protected = self.tree.lru.protected();
         s.psi_active = self.shrinker_psi_active();
+        let dev = self.device.as_deref();
+        s.writeback_target = dev.map_or("none", |d| d.target_kind());
+        s.swap_read_latency_us = self.read_latency.summary();
+        s.remote = dev.and_then(|d| d.remote()).map(|r| r.stats());
         s
     }
 }

@@ -567,8 +567,10 @@ impl Zswap {
             }
             let base = out.buf.len();
             out.buf.resize(base + (end - start) as usize * PAGE_SIZE, 0);
+            let t0 = std::time::Instant::now();
             dev.read(SwapSlot(start), end - start, &mut out.buf[base..])
                 .map_err(|e| LoadError::Device(first.offset(places[a].0 as u64), e.to_string()))?;
+            self.read_latency.record(t0.elapsed().as_nanos() as u64);
             Counters::add(&self.counters.swap_reads, 1);
             if let Some(s) = &self.sealer {
                 if let Err(SealError::Auth(bad) | SealError::Exhausted(bad)) =
