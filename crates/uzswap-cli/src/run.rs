@@ -344,6 +344,16 @@ pub fn run(a: Args) -> Result<()> {
         let _ = std::fs::remove_file(t);
     }
     if let Some(sig) = status.signal() {
+        if sig == libc::SIGBUS {
+            // The library's own line (above, from the process) says which
+            // page and why; this one says what it did to the program.
+            eprintln!(
+                "uzswap run: {} was killed by SIGBUS: memory it touched could not be read \
+                 back (the writeback target failed or lost it), so it was stopped rather \
+                 than given wrong data",
+                prog.display()
+            );
+        }
         // SAFETY: the default action, then the same signal to ourselves.
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
