@@ -4,14 +4,11 @@
 //! cluster; a server killed or restarted empty mid-run stops the program
 //! with SIGBUS and a message (never wrong data, never a clean exit).
 
-#[path = "../../uzswap-swap/tests/common/redis.rs"]
-mod redis_harness;
-
-use redis_harness::{available, RedisCluster, RedisServer};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+use uzswap_cli::redis_servers::{available, RedisCluster, RedisServer};
 
 fn uzswap() -> &'static str {
     env!("CARGO_BIN_EXE_uzswap")

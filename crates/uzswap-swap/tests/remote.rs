@@ -5,7 +5,8 @@
 //! server (maxmemory, noeviction) refuses writes, counted; a 3-master
 //! cluster spreads runs by hash tag, each run on one node.
 
-#[path = "common/redis.rs"]
+#[path = "../../uzswap-cli/src/redis_servers.rs"]
+#[allow(dead_code)]
 mod redis_harness;
 
 use redis_harness::{available, RedisCluster, RedisServer};

@@ -4,7 +4,8 @@
 //! zeros) and leaves the entries stored, an unreachable server keeps pages
 //! in the pool (counted), and plain writeback to it is refused.
 
-#[path = "../../uzswap-swap/tests/common/redis.rs"]
+#[path = "../../uzswap-cli/src/redis_servers.rs"]
+#[allow(dead_code)]
 mod redis_harness;
 
 use redis::Commands;
@@ -186,4 +187,34 @@ fn plain_writeback_to_a_remote_target_is_refused() {
         .err()
         .expect("no server");
     assert!(e.to_string().contains(&port.to_string()), "{e}");
+}
+
+#[test]
+fn a_full_server_refuses_writeback_and_the_pool_keeps_the_rest() {
+    if !available() {
+        return;
+    }
+    // Room for about half the pages above the server's own ~1 MB.
+    let srv = RedisServer::start(&["--maxmemory", "1600kb", "--maxmemory-policy", "noeviction"]);
+    let z = Zswap::new(config(&format!("{}?backoff_ms=0", srv.url()), true, false)).unwrap();
+    // One page per region: each is a run of its own (one write), so the
+    // server takes runs until it is full.
+    let key = |i: u64| SwapEntry::new(i as u32 + 1, 0);
+    for i in 0..PAGES {
+        z.store(key(i), &page(i)).unwrap();
+    }
+    for _ in 0..32 {
+        z.reclaim(u64::MAX);
+    }
+    let st = z.stats();
+    let r = st.remote.clone().unwrap();
+    assert!(r.oom_refusals >= 1, "{r:?}");
+    assert!(st.reject_reclaim_fail > 0);
+    assert!(st.device_pages > 0 && st.device_pages < PAGES, "{st:?}");
+    assert_eq!(st.device_pages + st.stored_pages, PAGES);
+    let mut out = vec![0u8; PAGE_SIZE];
+    for i in 0..PAGES {
+        z.load(key(i), &mut out, LoadMode::KeepCopy).unwrap();
+        assert!(out == page(i), "page {i}");
+    }
 }

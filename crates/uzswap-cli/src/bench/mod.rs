@@ -10,6 +10,7 @@ use clap::Subcommand;
 pub mod alloc;
 pub mod compare;
 pub mod engine;
+pub mod remote;
 pub mod shrinker;
 
 #[derive(Subcommand)]
@@ -22,6 +23,8 @@ pub enum BenchCmd {
     Shrinker(shrinker::Args),
     /// usemem against uzswap, kernel zswap, zram and disk swap side by side.
     Compare(compare::Args),
+    /// Writeback to the local file vs one Redis server vs a Redis Cluster.
+    Remote(remote::Args),
 }
 
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -30,6 +33,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Alloc(a) => alloc::run(a),
         BenchCmd::Shrinker(a) => shrinker::run(a),
         BenchCmd::Compare(a) => compare::run(a),
+        BenchCmd::Remote(a) => remote::run(a),
     }
 }
 

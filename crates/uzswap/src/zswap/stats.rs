@@ -136,6 +136,10 @@ pub struct ZswapStats {
     pub mthp: BTreeMap<String, OrderStats>,
     /// Where written-back pages go: "none", "file", "redis", "redis-cluster".
     pub writeback_target: &'static str,
+    /// Slots the device wrote and read (packed objects: a slot holds parts
+    /// of several pages), for every instance sharing it.
+    pub device_slots_written: u64,
+    pub device_slots_read: u64,
     /// Service time of each device read a load made (one per stretch of
     /// slots), the far tier's share of a fault served from it.
     pub swap_read_latency_us: crate::region::LatencySummary,
@@ -213,8 +217,12 @@ impl super::Zswap {
         s.psi_active = self.shrinker_psi_active();
         let dev = self.device.as_deref();
         s.writeback_target = dev.map_or("none", |d| d.target_kind());
+        if let Some(st) = dev.map(|d| d.stats()) {
+            s.device_slots_written = st.pswpout;
+            s.device_slots_read = st.pswpin;
+            s.remote = st.remote;
+        }
         s.swap_read_latency_us = self.read_latency.summary();
-        s.remote = dev.and_then(|d| d.remote()).map(|r| r.stats());
         s
     }
 }

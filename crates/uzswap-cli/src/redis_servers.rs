@@ -1,10 +1,10 @@
-//! Real Redis servers for the far tier's tests: each on 127.0.0.1 on a free
-//! port, in a temporary directory, with no persistence, killed (SIGKILL,
-//! and also when the test thread that started it dies) and its directory
-//! removed on drop, panics included. A 3-master cluster is made with
-//! `redis-cli --cluster create`. Shared by the tests of several crates
-//! (included with `#[path]`).
-#![allow(dead_code)]
+//! Real Redis servers for the far tier's tests and `bench remote`: each on
+//! 127.0.0.1 on a free port, in a temporary directory, with no
+//! persistence, killed (SIGKILL, and also when the thread that started it
+//! dies) and its directory removed on drop, panics included. A 3-master
+//! cluster is made with `redis-cli --cluster create`. The tests of the
+//! lower crates include this file by path (they cannot depend on this
+//! crate). Owns only its child processes; no locks.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `redis-server`, or None with the reason printed (the tests then skip).
+/// Whether `redis-server` and `redis-cli` run; if not, the reason is
+/// printed (the tests then skip).
 pub fn available() -> bool {
     let ok = Command::new("redis-server")
         .arg("--version")
@@ -121,6 +122,27 @@ impl RedisServer {
         }
         self.kill();
         false
+    }
+
+    /// CPU seconds (user + system) the server has used so far, from
+    /// /proc: what a benchmark adds to the client's own time.
+    pub fn cpu_seconds(&self) -> f64 {
+        let Some(pid) = self.child.as_ref().map(|c| c.id()) else {
+            return 0.0;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return 0.0;
+        };
+        // Fields after the command's closing parenthesis; utime and stime
+        // are the 14th and 15th of the whole line.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = f.get(11..13).map_or(0.0, |t| {
+            t.iter().filter_map(|v| v.parse::<f64>().ok()).sum()
+        });
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        ticks / hz
     }
 
     pub fn addr(&self) -> String {
