@@ -688,6 +688,37 @@ impl SwapDevice {
         }
     }
 
+    /// Reads several stretches of slots into `buf`, back to back in the
+    /// order given (`buf` exactly as long as they are together): one round
+    /// trip on a remote device, one read each on a file.
+    pub fn read_runs(&self, runs: &[SlotRange], buf: &mut [u8]) -> io::Result<()> {
+        let mut total = 0u64;
+        for r in runs {
+            check_range(r.start.0, r.npages, self.nslots).map_err(slot_err)?;
+            total += r.npages;
+        }
+        if buf.len() as u64 != total * PAGE_SIZE as u64 {
+            return Err(invalid(format!(
+                "swap read of {total} pages into a {}-byte buffer",
+                buf.len()
+            )));
+        }
+        let r = match &self.backing {
+            Backing::File(f) => f.read_runs(runs, buf),
+            Backing::Remote(r) => r.read_runs(runs, buf),
+        };
+        match r {
+            Ok(()) => {
+                self.counters.pswpin.fetch_add(total, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
     pub fn stats(&self) -> SwapStats {
         let a = self.alloc.stats();
         let c = &self.counters;

@@ -63,7 +63,7 @@
 //! order after that write (as for the seal's records).
 
 use crate::cluster::ClusterAllocator;
-use crate::entry::SwapSlot;
+use crate::entry::{SlotRange, SwapSlot};
 use crate::target::WritebackTarget;
 use crate::{PAGE_SIZE, SWAPFILE_CLUSTER};
 use parking_lot::Mutex;
@@ -789,11 +789,19 @@ impl WritebackTarget for RedisTarget {
     }
 
     fn read(&self, first: SwapSlot, buf: &mut [u8]) -> io::Result<()> {
+        let n = (buf.len() / PAGE_SIZE) as u64;
+        self.read_runs(&[SlotRange::new(first, n)], buf)
+    }
+
+    /// One pipeline of `GET`s for every slot of every stretch: a load whose
+    /// folio lies in several stretches pays one round trip, not one each.
+    fn read_runs(&self, runs: &[SlotRange], buf: &mut [u8]) -> io::Result<()> {
         let mut pipe = Pipe::new(self.cfg.cluster);
-        let n = buf.len() / PAGE_SIZE;
-        for i in 0..n as u64 {
+        let slots: Vec<u64> = runs.iter().flat_map(|r| r.start.0..r.end()).collect();
+        let n = slots.len();
+        for &s in &slots {
             let mut cmd = redis::cmd("GET");
-            cmd.arg(self.key(first.0 + i));
+            cmd.arg(self.key(s));
             pipe.add(cmd, false);
         }
         let vals: Vec<Option<Vec<u8>>> = match self.exec(&pipe, 1 + self.cfg.retries) {
@@ -823,9 +831,9 @@ impl WritebackTarget for RedisTarget {
             ));
         }
         let mut got = 0u64;
-        for (i, (v, dst)) in vals.iter().zip(buf.chunks_exact_mut(PAGE_SIZE)).enumerate() {
+        for ((v, dst), &s) in vals.iter().zip(buf.chunks_exact_mut(PAGE_SIZE)).zip(&slots) {
             got += v.as_ref().map_or(0, |v| v.len() as u64);
-            if let Err(e) = self.decode(first.0 + i as u64, v.as_deref(), dst) {
+            if let Err(e) = self.decode(s, v.as_deref(), dst) {
                 add(&self.counters.read_errors, 1);
                 return Err(e);
             }

@@ -32,6 +32,18 @@ pub trait WritebackTarget: Send + Sync {
     fn write(&self, first: SwapSlot, pages: &[&[u8]]) -> io::Result<()>;
     /// Reads the slots from `first` on into `buf` (a whole number of pages).
     fn read(&self, first: SwapSlot, buf: &mut [u8]) -> io::Result<()>;
+    /// Reads several stretches into `buf`, back to back in the order
+    /// given: one request where the target can batch them (a remote
+    /// target's one round trip), else one read each.
+    fn read_runs(&self, runs: &[SlotRange], buf: &mut [u8]) -> io::Result<()> {
+        let mut at = 0;
+        for r in runs {
+            let len = r.npages as usize * crate::PAGE_SIZE;
+            self.read(r.start, &mut buf[at..at + len])?;
+            at += len;
+        }
+        Ok(())
+    }
     /// A load will soon read `window`: start fetching it if the target can.
     fn readahead(&self, _window: SlotRange) {}
 }

@@ -11,7 +11,7 @@ mod redis_harness;
 
 use redis_harness::{available, RedisCluster, RedisServer};
 use std::time::{Duration, Instant};
-use uzswap_swap::{RemoteConfig, SwapDevice, SwapDeviceConfig, SwapSlot, PAGE_SIZE};
+use uzswap_swap::{RemoteConfig, SlotRange, SwapDevice, SwapDeviceConfig, SwapSlot, PAGE_SIZE};
 
 fn device(url: &str, clusters: u64) -> SwapDevice {
     SwapDevice::create(SwapDeviceConfig {
@@ -65,6 +65,22 @@ fn pages_round_trip_and_bad_values_are_errors() {
     write(&d, a, 0..8).unwrap();
     check(&d, a, 0..8);
     let r = d.remote().unwrap();
+    assert_eq!(srv.dbsize(), 8);
+    // Several stretches, in two allocator clusters (two hash tags): one
+    // round trip.
+    let far = d.alloc(9).unwrap();
+    write(&d, far, 100..612).unwrap();
+    let rt = r.stats().round_trips;
+    let mut two = vec![0u8; 4 * PAGE_SIZE];
+    d.read_runs(
+        &[SlotRange::new(SwapSlot(a.0 + 6), 2), SlotRange::new(far, 2)],
+        &mut two,
+    )
+    .unwrap();
+    assert_eq!(r.stats().round_trips, rt + 1);
+    assert!(two[..PAGE_SIZE] == page(6)[..] && two[2 * PAGE_SIZE..3 * PAGE_SIZE] == page(100)[..]);
+    d.free(far, 512).unwrap();
+    d.flush();
     assert_eq!(srv.dbsize(), 8);
     let mut con = raw(&srv);
     use redis::Commands;

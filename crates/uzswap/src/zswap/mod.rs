@@ -327,7 +327,7 @@ pub struct Zswap {
     /// The key and tags of sealed writeback (with a device, unless
     /// `writeback_encrypted` is off).
     sealer: Option<seal::Sealer>,
-    /// Time of each device read a load makes (read and open), per stretch.
+    /// Time of each load's device read (all its stretches in one call).
     read_latency: crate::region::latency::Histogram,
     /// Where the shrinker thread starts writing back (`pool_share_bytes`,
     /// adjustable while running).

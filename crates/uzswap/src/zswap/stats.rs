@@ -140,8 +140,8 @@ pub struct ZswapStats {
     /// of several pages), for every instance sharing it.
     pub device_slots_written: u64,
     pub device_slots_read: u64,
-    /// Service time of each device read a load made (one per stretch of
-    /// slots), the far tier's share of a fault served from it.
+    /// Service time of each load's device read (all its stretches of slots
+    /// in one call), the tier's share of a fault served from it.
     pub swap_read_latency_us: crate::region::LatencySummary,
     /// The far tier's own figures (remote targets only).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -40,7 +40,8 @@
 //! the same key in between.
 //!
 //! Loads of written-back pages read each stretch of adjacent or shared
-//! slots their objects touch with one read, and open (authenticate and
+//! slots their objects touch with one read (all of a load's stretches in
+//! one device call: a remote target sends them as one round trip), and open (authenticate and
 //! decrypt) every page of it before any object in it is used: a page that
 //! fails is a `LoadError::Checksum` of the entry whose object it holds,
 //! the same error as a corrupt pool object, and the entries stay stored (after hinting the device's
@@ -63,7 +64,7 @@ use super::swap_map::DevicePlace;
 use super::tree::ShardGuard;
 use super::{LoadError, Zswap};
 use crate::compress::{CompressCtx, CompressorId};
-use crate::swap::{SwapDevice, SwapSlot};
+use crate::swap::{SlotRange, SwapDevice, SwapSlot};
 use crate::zpool::Handle;
 use crate::{MAX_ORDER, PAGE_SIZE};
 use zeroize::Zeroizing;
@@ -527,7 +528,8 @@ impl Zswap {
     }
 
     /// Read the written-back objects among `entries` (the folio from
-    /// `first`), one read per stretch of adjacent or shared slots.
+    /// `first`), one read per stretch of adjacent or shared slots, all in
+    /// one device call (one round trip on a remote device).
     pub(super) fn read_device(
         &self,
         first: SwapEntry,
@@ -556,7 +558,11 @@ impl Zswap {
         if !self.cfg.swap_device.as_ref().is_some_and(|d| d.direct_io) {
             dev.readahead(places[0].1.slot);
         }
+        // The stretches of adjacent or shared slots: (places a..b, slots
+        // start..end, offset in the buffer).
+        let mut stretches = Vec::new();
         let mut a = 0;
+        let mut len = 0usize;
         while a < places.len() {
             let start = places[a].1.slots().start;
             let mut end = places[a].1.slots().end;
@@ -565,16 +571,27 @@ impl Zswap {
                 end = end.max(places[b].1.slots().end);
                 b += 1;
             }
-            let base = out.buf.len();
-            out.buf.resize(base + (end - start) as usize * PAGE_SIZE, 0);
-            let t0 = std::time::Instant::now();
-            dev.read(SwapSlot(start), end - start, &mut out.buf[base..])
-                .map_err(|e| LoadError::Device(first.offset(places[a].0 as u64), e.to_string()))?;
-            self.read_latency.record(t0.elapsed().as_nanos() as u64);
-            Counters::add(&self.counters.swap_reads, 1);
+            stretches.push((a, b, start, end, len));
+            len += (end - start) as usize * PAGE_SIZE;
+            a = b;
+        }
+        // All of them in one call: one read each from a file, one round
+        // trip to a remote target.
+        out.buf.resize(len, 0);
+        let runs: Vec<SlotRange> = stretches
+            .iter()
+            .map(|&(_, _, start, end, _)| SlotRange::new(SwapSlot(start), end - start))
+            .collect();
+        let t0 = std::time::Instant::now();
+        dev.read_runs(&runs, &mut out.buf)
+            .map_err(|e| LoadError::Device(first.offset(places[0].0 as u64), e.to_string()))?;
+        self.read_latency.record(t0.elapsed().as_nanos() as u64);
+        Counters::add(&self.counters.swap_reads, stretches.len() as u64);
+        for &(a, b, start, end, base) in &stretches {
+            let pages = &mut out.buf[base..base + (end - start) as usize * PAGE_SIZE];
             if let Some(s) = &self.sealer {
                 if let Err(SealError::Auth(bad) | SealError::Exhausted(bad)) =
-                    s.open(SwapSlot(start), &mut out.buf[base..])
+                    s.open(SwapSlot(start), pages)
                 {
                     // Name the first entry whose object touches the page.
                     let (i, _) = places[a..b]
@@ -590,7 +607,6 @@ impl Zswap {
                 out.index[i] =
                     Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
             }
-            a = b;
         }
         Ok(out)
     }
