@@ -559,11 +559,8 @@ impl Zswap {
             dev.readahead(places[0].1.slot);
         }
         // The stretches of adjacent or shared slots: (places a..b, slots
-        // start..end, offset in the buffer).
-        let mut stretches = Vec::new();
-        let mut a = 0;
-        let mut len = 0usize;
-        while a < places.len() {
+        // start..end).
+        let stretch = |a: usize| {
             let start = places[a].1.slots().start;
             let mut end = places[a].1.slots().end;
             let mut b = a + 1;
@@ -571,43 +568,81 @@ impl Zswap {
                 end = end.max(places[b].1.slots().end);
                 b += 1;
             }
-            stretches.push((a, b, start, end, len));
-            len += (end - start) as usize * PAGE_SIZE;
+            (b, start, end)
+        };
+        if dev.remote().is_some() {
+            // All stretches in one call: one round trip to the far tier.
+            let mut stretches = Vec::new();
+            let mut runs = Vec::new();
+            let mut a = 0;
+            while a < places.len() {
+                let (b, start, end) = stretch(a);
+                let base = out.buf.len();
+                stretches.push((a, b, start, base));
+                runs.push(SlotRange::new(SwapSlot(start), end - start));
+                out.buf.resize(base + (end - start) as usize * PAGE_SIZE, 0);
+                a = b;
+            }
+            let t0 = std::time::Instant::now();
+            dev.read_runs(&runs, &mut out.buf)
+                .map_err(|e| LoadError::Device(first.offset(places[0].0 as u64), e.to_string()))?;
+            self.read_latency.record(t0.elapsed().as_nanos() as u64);
+            Counters::add(&self.counters.swap_reads, runs.len() as u64);
+            for &(a, b, start, base) in &stretches {
+                self.open_stretch(first, &places[a..b], start, base, &mut out)?;
+            }
+            return Ok(out);
+        }
+        // A file: one read per stretch, each opened as it arrives.
+        let mut a = 0;
+        while a < places.len() {
+            let (b, start, end) = stretch(a);
+            let base = out.buf.len();
+            out.buf.resize(base + (end - start) as usize * PAGE_SIZE, 0);
+            let t0 = std::time::Instant::now();
+            dev.read(SwapSlot(start), end - start, &mut out.buf[base..])
+                .map_err(|e| LoadError::Device(first.offset(places[a].0 as u64), e.to_string()))?;
+            self.read_latency.record(t0.elapsed().as_nanos() as u64);
+            Counters::add(&self.counters.swap_reads, 1);
+            self.open_stretch(first, &places[a..b], start, base, &mut out)?;
             a = b;
         }
-        // All of them in one call: one read each from a file, one round
-        // trip to a remote target.
-        out.buf.resize(len, 0);
-        let runs: Vec<SlotRange> = stretches
+        Ok(out)
+    }
+
+    /// Open (unseal) the pages of one stretch read at `base` of `out.buf`,
+    /// from slot `start`, and index the objects `places` of it.
+    fn open_stretch(
+        &self,
+        first: SwapEntry,
+        places: &[(usize, DevicePlace)],
+        start: u64,
+        base: usize,
+        out: &mut DevicePages,
+    ) -> Result<(), LoadError> {
+        let end = places
             .iter()
-            .map(|&(_, _, start, end, _)| SlotRange::new(SwapSlot(start), end - start))
-            .collect();
-        let t0 = std::time::Instant::now();
-        dev.read_runs(&runs, &mut out.buf)
-            .map_err(|e| LoadError::Device(first.offset(places[0].0 as u64), e.to_string()))?;
-        self.read_latency.record(t0.elapsed().as_nanos() as u64);
-        Counters::add(&self.counters.swap_reads, stretches.len() as u64);
-        for &(a, b, start, end, base) in &stretches {
+            .map(|(_, p)| p.slots().end)
+            .max()
+            .unwrap_or(start);
+        if let Some(s) = &self.sealer {
             let pages = &mut out.buf[base..base + (end - start) as usize * PAGE_SIZE];
-            if let Some(s) = &self.sealer {
-                if let Err(SealError::Auth(bad) | SealError::Exhausted(bad)) =
-                    s.open(SwapSlot(start), pages)
-                {
-                    // Name the first entry whose object touches the page.
-                    let (i, _) = places[a..b]
-                        .iter()
-                        .find(|(_, p)| p.slots().contains(&bad.0))
-                        .expect("a page read holds an object");
-                    Counters::add(&self.counters.seal_fail, 1);
-                    Counters::add(&self.counters.checksum_fail, 1);
-                    return Err(LoadError::Checksum(first.offset(*i as u64)));
-                }
-            }
-            for &(i, p) in &places[a..b] {
-                out.index[i] =
-                    Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
+            if let Err(SealError::Auth(bad) | SealError::Exhausted(bad)) =
+                s.open(SwapSlot(start), pages)
+            {
+                // Name the first entry whose object touches the page.
+                let (i, _) = places
+                    .iter()
+                    .find(|(_, p)| p.slots().contains(&bad.0))
+                    .expect("a page read holds an object");
+                Counters::add(&self.counters.seal_fail, 1);
+                Counters::add(&self.counters.checksum_fail, 1);
+                return Err(LoadError::Checksum(first.offset(*i as u64)));
             }
         }
-        Ok(out)
+        for &(i, p) in places {
+            out.index[i] = Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
+        }
+        Ok(())
     }
 }
