@@ -146,6 +146,9 @@ fn uzswap_run_verifies_every_page_on_one_server_and_on_a_cluster() {
         );
         assert!(summary["peak_bytes"].as_u64().unwrap() <= 32 << 20);
     }
+    // The library never drops its instance; it clears the server at exit.
+    assert_eq!(srv.dbsize(), 0);
+    assert_eq!(c.nodes.iter().map(|n| n.dbsize()).sum::<u64>(), 0);
 }
 
 /// A server that dies (or comes back empty) while usemem runs: the pages it

@@ -50,9 +50,11 @@
 //! per allocator cluster) once it holds [`DELETE_BATCH`] slots or on
 //! [`SwapDevice::flush`](crate::SwapDevice::flush), and only then are the
 //! slots given back to the allocator. So a delete can never land after a
-//! new write to the same slot. On drop the target unlinks every slot of
-//! every cluster it wrote, so a server shared by many runs keeps none of
-//! them.
+//! new write to the same slot. On drop (or [`RedisTarget::clear`], which a
+//! process that never drops its device calls at exit) the target unlinks
+//! every slot it wrote, so a server shared by many runs keeps none of
+//! them. A process killed, or ending in `_exit` or `exec`, leaves its
+//! values behind under its own instance id.
 //!
 //! # Locks
 //! `conns` (the idle connections) and `pending` (the delete queue) are
@@ -71,7 +73,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, Clu
 use redis::{Client, Connection, Pipeline, RedisError};
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use twox_hash::XxHash3_64;
 
@@ -196,8 +198,9 @@ pub struct RemoteStats {
     pub oom_refusals: u64,
     /// Writes refused without trying, while backing off after a failure.
     pub write_skipped: u64,
-    /// Reads retried after a transport error.
-    pub read_retries: u64,
+    /// Requests retried after a transport error (a read up to `retries`
+    /// times, a write once).
+    pub retries: u64,
     /// Reads that failed (after their retries, or at once for bad values).
     pub read_errors: u64,
     /// Values not on the server (restarted empty, flushed, evicted).
@@ -223,7 +226,7 @@ struct Counters {
     write_errors: AtomicU64,
     oom_refusals: AtomicU64,
     write_skipped: AtomicU64,
-    read_retries: AtomicU64,
+    retries: AtomicU64,
     read_errors: AtomicU64,
     missing: AtomicU64,
     stale: AtomicU64,
@@ -374,6 +377,8 @@ pub struct RedisTarget {
     down_until: AtomicU64,
     epoch: Instant,
     counters: Counters,
+    /// `clear` ran: the drop has nothing left to unlink.
+    cleared: AtomicBool,
 }
 
 impl std::fmt::Debug for RedisTarget {
@@ -449,6 +454,7 @@ impl RedisTarget {
             down_until: AtomicU64::new(0),
             epoch: Instant::now(),
             counters: Counters::default(),
+            cleared: AtomicBool::new(false),
             cfg,
         };
         // Fail at creation, with the address, rather than at the first
@@ -499,7 +505,7 @@ impl RedisTarget {
             write_errors: l(&c.write_errors),
             oom_refusals: l(&c.oom_refusals),
             write_skipped: l(&c.write_skipped),
-            read_retries: l(&c.read_retries),
+            retries: l(&c.retries),
             read_errors: l(&c.read_errors),
             missing: l(&c.missing),
             stale: l(&c.stale),
@@ -541,7 +547,7 @@ impl RedisTarget {
         let mut last = None;
         for a in 0..attempts.max(1) {
             if a > 0 {
-                add(&self.counters.read_retries, 1);
+                add(&self.counters.retries, 1);
                 // 5, 10, 20... ms: long enough for a restarting server's
                 // accept queue, short enough that a few tries stay well
                 // inside a fault's patience.
@@ -701,6 +707,15 @@ impl RedisTarget {
         pipe
     }
 
+    /// Unlink every value this target wrote, now: for a process that exits
+    /// without dropping its device (a program under the preload library).
+    /// Loads of those slots fail afterwards (missing), as they must.
+    pub fn clear(&self) {
+        if !self.cleared.swap(true, Relaxed) && !self.backing_off() {
+            self.clear_all();
+        }
+    }
+
     /// Unlink every slot of every cluster this target wrote (at drop).
     fn clear_all(&self) {
         let mut slots = Vec::new();
@@ -850,9 +865,7 @@ impl WritebackTarget for RedisTarget {
 
 impl Drop for RedisTarget {
     fn drop(&mut self) {
-        if !self.backing_off() {
-            self.clear_all();
-        }
+        self.clear();
     }
 }
 

@@ -175,7 +175,7 @@ fn an_unreachable_server_fails_reads_after_bounded_retries_and_writes_back_off()
     assert!(t.elapsed() < Duration::from_millis(50));
     let st = d.stats().remote.unwrap();
     assert_eq!(
-        (st.read_retries >= 2, st.write_errors, st.write_skipped),
+        (st.retries >= 2, st.write_errors, st.write_skipped),
         (true, 1, 1)
     );
     // Back, but empty: writes work again after the back-off; the pages it
