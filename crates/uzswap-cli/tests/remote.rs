@@ -59,9 +59,9 @@ fn usemem_verifies(url: &str, what: &str) {
     let o = cmd(&[
         "usemem",
         "--size",
-        "128M",
+        "64M",
         "--budget",
-        "32M",
+        "16M",
         "--verify",
         "--json",
         "--writeback",
@@ -71,11 +71,11 @@ fn usemem_verifies(url: &str, what: &str) {
     .unwrap();
     let j = last_json(&o);
     assert_eq!(j["verify"]["mismatches"], 0, "{what}: {j}");
-    assert_eq!(j["verify"]["checked_pages"], 32768, "{what}");
+    assert_eq!(j["verify"]["checked_pages"], 16384, "{what}");
     let s = &j["stats"];
     assert_eq!(s["writeback_target"], what);
     assert!(
-        s["remote"]["pages_out"].as_u64().unwrap() > 10_000,
+        s["remote"]["pages_out"].as_u64().unwrap() > 5_000,
         "{what}: {s}"
     );
     assert!(s["remote"]["pages_in"].as_u64().unwrap() > 0, "{what}");
@@ -119,10 +119,10 @@ fn uzswap_run_verifies_every_page_on_one_server_and_on_a_cluster() {
     let srv = RedisServer::start(&[]);
     let c = RedisCluster::start();
     for (url, kind) in [(srv.url(), "redis"), (c.url(), "redis-cluster")] {
-        let o = cmd(&["run", "--budget", "32M", "--json", "--preload"])
+        let o = cmd(&["run", "--budget", "16M", "--json", "--preload"])
             .arg(&lib)
             .args(["--writeback", &url, "--", uzswap()])
-            .args(["usemem", "--backend", "none", "--size", "128M"])
+            .args(["usemem", "--backend", "none", "--size", "64M"])
             .args(["--verify", "--json"])
             .output()
             .unwrap();
@@ -132,7 +132,7 @@ fn uzswap_run_verifies_every_page_on_one_server_and_on_a_cluster() {
         let summary: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
         let usemem: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
         assert_eq!(usemem["verify"]["mismatches"], 0, "{kind}: {usemem}");
-        assert_eq!(usemem["verify"]["checked_pages"], 32768);
+        assert_eq!(usemem["verify"]["checked_pages"], 16384);
         let p = summary["processes"]
             .as_array()
             .unwrap()
@@ -144,7 +144,7 @@ fn uzswap_run_verifies_every_page_on_one_server_and_on_a_cluster() {
             p["remote"]["pages_out"].as_u64().unwrap() > 1000,
             "{kind}: {p}"
         );
-        assert!(summary["peak_bytes"].as_u64().unwrap() <= 32 << 20);
+        assert!(summary["peak_bytes"].as_u64().unwrap() <= 16 << 20);
     }
     // The library never drops its instance; it clears the server at exit.
     assert_eq!(srv.dbsize(), 0);
@@ -168,9 +168,9 @@ fn a_server_lost_mid_run_stops_the_program_with_sigbus() {
         let child = cmd(&[
             "usemem",
             "--size",
-            "128M",
+            "64M",
             "--budget",
-            "32M",
+            "16M",
             "--passes",
             "400",
             "--verify",
@@ -183,7 +183,7 @@ fn a_server_lost_mid_run_stops_the_program_with_sigbus() {
         .spawn()
         .unwrap();
         // Long enough for the first passes to write back to the server.
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(Duration::from_millis(1000));
         if restart {
             srv.restart();
         } else {
@@ -218,16 +218,16 @@ fn uzswap_run_reports_a_lost_server_and_exits_non_zero() {
     let lib = preload();
     let mut srv = RedisServer::start(&[]);
     let url = format!("{}?timeout_ms=300&retries=1", srv.url());
-    let child = cmd(&["run", "--budget", "32M", "--preload"])
+    let child = cmd(&["run", "--budget", "16M", "--preload"])
         .arg(&lib)
         .args(["--writeback", &url, "--", uzswap()])
-        .args(["usemem", "--backend", "none", "--size", "128M"])
+        .args(["usemem", "--backend", "none", "--size", "64M"])
         .args(["--passes", "400", "--verify"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(1000));
     srv.restart();
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

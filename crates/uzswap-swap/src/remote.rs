@@ -412,8 +412,8 @@ fn checksum(instance: u64, slot: u64, version: u64, page: &[u8]) -> u64 {
 }
 
 impl RedisTarget {
-    /// Connects (checking every node given answers) for a device of
-    /// `nslots` slots.
+    /// Connects, and checks the server (or the cluster, through the nodes
+    /// given) answers a `PING`, for a device of `nslots` slots.
     pub fn connect(cfg: RemoteConfig, nslots: u64) -> Result<RedisTarget, String> {
         if cfg.nodes.is_empty() {
             return Err("no Redis node given".into());
