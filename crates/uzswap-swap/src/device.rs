@@ -1,15 +1,18 @@
-//! The swap device: a fixed-size backing file, its cluster allocator, page
+//! The swap device: a fixed-size slot space, its cluster allocator, page
 //! I/O, the readahead window and discard of freed clusters (mm/swapfile.c,
-//! mm/page_io.c, mm/swap_state.c's `swap_cluster_readahead`).
+//! mm/page_io.c, mm/swap_state.c's `swap_cluster_readahead`), over a target
+//! that keeps the slots' pages: the backing file ([`FileTarget`], here) or
+//! the far tier ([`RedisTarget`], `remote`), see `target`.
 //!
 //! The backing file is unlinked (`O_TMPFILE`, or created and removed at once
 //! where the filesystem lacks it), mode 0600, and fully allocated with
 //! `fallocate` up front, so a missing, read-only or too small directory is an
 //! error at creation instead of a failed write later.
 //!
-//! Locking: none of its own. I/O uses `pread`/`pwritev` at explicit offsets,
-//! and a slot run belongs to whoever allocated it, so concurrent I/O to
-//! different runs needs no lock. Slot ownership is the allocator's (see
+//! Locking: none of its own. I/O uses `pread`/`pwritev` at explicit offsets
+//! (a remote target has its own leaf locks, `remote`), and a slot run
+//! belongs to whoever allocated it, so concurrent I/O to different runs
+//! needs no lock. Slot ownership is the allocator's (see
 //! `cluster` for its locks); counters are atomics. The discard hook runs
 //! from the allocator with no lock held.
 //!

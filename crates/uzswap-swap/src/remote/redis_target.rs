@@ -408,7 +408,11 @@ impl RedisTarget {
             add(c, 1);
             Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("remote page of slot {slot} ({}): {what}", self.key(slot)),
+                format!(
+                    "{}: page of slot {slot} ({}): {what}",
+                    self.cfg.describe(),
+                    self.key(slot)
+                ),
             ))
         };
         let Some(v) = val else {
