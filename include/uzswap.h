@@ -65,6 +65,10 @@ typedef struct uzswap_config {
     /* Version 2 (a version-1 caller's smaller `size` keeps the default): */
     bool writeback_plain;      /* write pages to the swap file unsealed; default false: each is
                                   sealed with AES-256-GCM under a key held only in memory */
+    /* Version 3: */
+    const char *writeback_remote; /* "redis://HOST:PORT[,HOST:PORT...]": write back to Redis
+                                     (a cluster with more than one node) instead of a swap
+                                     file; always sealed. NULL = the swap file */
 } uzswap_config_t;
 
 /* Advice for uzswap_advise. */

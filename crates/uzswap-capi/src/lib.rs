@@ -35,9 +35,10 @@ pub const UZSWAP_ADVICE_COLD: c_int = 1;
 pub const UZSWAP_ADVICE_PAGEOUT: c_int = 2;
 pub const UZSWAP_ADVICE_WILLNEED: c_int = 3;
 
-/// `uzswap_config_t`, field for field. Version 2; later versions only add
+/// `uzswap_config_t`, field for field. Version 3; later versions only add
 /// fields at the end, and `size` says which version the caller filled in
-/// (version 1 ended before `writeback_plain`).
+/// (version 1 ended before `writeback_plain`, version 2 before
+/// `writeback_remote`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct UzswapConfigC {
@@ -54,10 +55,15 @@ pub struct UzswapConfigC {
     /// Version 2. C `bool`, read as a byte: write pages to the swap file
     /// unsealed (default 0: each is sealed with AES-256-GCM).
     pub writeback_plain: u8,
+    /// Version 3. `redis://HOST:PORT[,HOST:PORT...]`: write back to Redis
+    /// (the far tier) instead of a swap file; NULL: the file.
+    pub writeback_remote: *const c_char,
 }
 
 /// The `size` of a version-1 config: everything before `writeback_plain`.
 const V1_SIZE: usize = std::mem::offset_of!(UzswapConfigC, writeback_plain);
+/// The `size` of a version-2 config (its `sizeof`, padding included).
+const V2_SIZE: usize = std::mem::offset_of!(UzswapConfigC, writeback_remote);
 
 /// A `size` above this is not a config struct of any version: most likely
 /// the caller did not start from `uzswap_config_default`.
@@ -167,6 +173,7 @@ fn default_c_config() -> UzswapConfigC {
         writeback: d.writeback.is_some() as u8,
         writeback_dir: std::ptr::null(),
         writeback_plain: (!d.zswap.writeback_encrypted) as u8,
+        writeback_remote: std::ptr::null(),
     }
 }
 
@@ -179,7 +186,7 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
     let ours = std::mem::size_of::<UzswapConfigC>();
     // SAFETY: every version starts with `size`, so it can always be read.
     let size = unsafe { std::ptr::addr_of!((*p).size).read_unaligned() };
-    if (size != V1_SIZE && size < ours) || size > MAX_CONFIG_SIZE {
+    if (size != V1_SIZE && size != V2_SIZE && size < ours) || size > MAX_CONFIG_SIZE {
         return Err(err(
             UZSWAP_EINVAL,
             format!(
@@ -236,17 +243,31 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
     }
     // SAFETY: as above.
     let dir = unsafe { opt_str(c.writeback_dir, "writeback_dir") }?;
+    // SAFETY: as above.
+    let remote = unsafe { opt_str(c.writeback_remote, "writeback_remote") }?
+        .map(|u| {
+            uzswap_core::swap::RemoteConfig::parse(&u)
+                .map_err(|e| err(UZSWAP_EINVAL, format!("writeback_remote: {e}")))
+        })
+        .transpose()?;
+    if dir.is_some() && remote.is_some() {
+        return Err(err(
+            UZSWAP_EINVAL,
+            "writeback_dir and writeback_remote are both set: one target only",
+        ));
+    }
     cfg.zswap.writeback_encrypted = c.writeback_plain == 0;
-    cfg.writeback = match (c.writeback != 0, dir) {
-        (true, dir) => Some(Writeback {
+    cfg.writeback = match (c.writeback != 0, dir.is_some() || remote.is_some()) {
+        (true, _) => Some(Writeback {
             dir: dir.map(Into::into),
+            remote,
             ..Writeback::default()
         }),
-        (false, None) => None,
-        (false, Some(_)) => {
+        (false, false) => None,
+        (false, true) => {
             return Err(err(
                 UZSWAP_EINVAL,
-                "writeback_dir is set but writeback is false",
+                "writeback_dir or writeback_remote is set but writeback is false",
             ))
         }
     };
@@ -485,6 +506,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_remote_target_is_parsed_and_checked() {
+        let mut c = default_c_config();
+        c.writeback_remote = c"redis://10.0.0.1:6379,10.0.0.2:6379?retries=1".as_ptr();
+        // SAFETY: a whole config of this version; the string is static.
+        let cfg = unsafe { read_config(&c) }.unwrap();
+        let r = cfg.writeback.unwrap().remote.unwrap();
+        assert_eq!((r.nodes.len(), r.cluster, r.retries), (2, true, 1));
+        c.writeback_remote = c"memcached://x:1".as_ptr();
+        // SAFETY: as above.
+        let e = unsafe { read_config(&c) }.unwrap_err();
+        assert_eq!(e.code, UZSWAP_EINVAL);
+        assert!(e.msg.contains("writeback_remote"), "{}", e.msg);
+        c.writeback_remote = c"redis://h:1".as_ptr();
+        c.writeback_dir = c"/tmp".as_ptr();
+        // SAFETY: as above.
+        assert!(unsafe { read_config(&c) }.is_err());
+    }
+
+    #[test]
     fn writeback_is_sealed_unless_the_caller_asks_for_plain() {
         let mut c = default_c_config();
         assert_eq!(c.writeback_plain, 0);
@@ -510,6 +550,13 @@ mod tests {
         let cfg = unsafe { read_config(&c) }.unwrap();
         assert_eq!(cfg.budget, 32 << 20);
         assert!(cfg.zswap.writeback_encrypted);
+        // Version 2: its fields read, the remote target left at its default.
+        c.size = V2_SIZE;
+        c.writeback_remote = c"redis://127.0.0.1:1".as_ptr();
+        // SAFETY: at least `V2_SIZE` bytes are readable at `&c`.
+        let cfg = unsafe { read_config(&c) }.unwrap();
+        assert!(cfg.writeback.unwrap().remote.is_none());
+        assert!(!cfg.zswap.writeback_encrypted);
         // Between versions: not a size of any version.
         c.size = V1_SIZE + 1;
         // SAFETY: as above.

@@ -2,3 +2,4 @@
 //! targets) use of it. The command itself is `main.rs`.
 
 pub mod parse;
+pub mod redis_servers;

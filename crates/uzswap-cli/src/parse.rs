@@ -75,3 +75,31 @@ pub fn parse_threads(s: &str) -> Result<usize, String> {
     }
     Ok(v)
 }
+
+/// Where `--writeback` sends the coldest pages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WritebackSpec {
+    /// The local swap file, in this directory (`None`: the default one).
+    File(Option<std::path::PathBuf>),
+    /// The far tier: Redis, or Redis Cluster with more than one node.
+    Remote(uzswap::swap::RemoteConfig),
+}
+
+/// `file`, `file:DIR` or `redis://HOST:PORT[,HOST:PORT...][?OPTIONS]`.
+pub fn parse_writeback(s: &str) -> Result<WritebackSpec, String> {
+    if s == "file" {
+        return Ok(WritebackSpec::File(None));
+    }
+    if let Some(dir) = s.strip_prefix("file:") {
+        if dir.is_empty() {
+            return Err("--writeback file:DIR needs a directory".into());
+        }
+        return Ok(WritebackSpec::File(Some(dir.into())));
+    }
+    if s.starts_with("redis://") {
+        return uzswap::swap::RemoteConfig::parse(s).map(WritebackSpec::Remote);
+    }
+    Err(format!(
+        "--writeback {s:?}: one of file, file:DIR, redis://HOST:PORT[,HOST:PORT...]"
+    ))
+}

@@ -31,8 +31,15 @@ pub struct Args {
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
     /// Directory of the swap file the coldest pages are written back to.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "writeback")]
     pub writeback_dir: Option<PathBuf>,
+    /// Where the coldest pages go: `file` (default), `file:DIR`, or the far
+    /// tier `redis://HOST:PORT[,HOST:PORT...]` (more than one node: a Redis
+    /// Cluster; options `?timeout_ms=&retries=&backoff_ms=`). Remote pages
+    /// are always sealed. A page that cannot be read back from it raises
+    /// SIGBUS in the program, which then ends with that signal.
+    #[arg(long, value_parser = check_writeback)]
+    pub writeback: Option<String>,
     /// Size of that swap file (default: 8x the budget, at least 1 GiB).
     #[arg(long, value_parser = parse_size)]
     pub swap_size: Option<u64>,
@@ -76,6 +83,11 @@ pub struct Args {
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true)]
     pub cmd: Vec<OsString>,
+}
+
+/// `--writeback`, checked here and passed on as written.
+fn check_writeback(s: &str) -> std::result::Result<String, String> {
+    uzswap_cli::parse::parse_writeback(s).map(|_| s.to_string())
 }
 
 /// The program's path: as given when it names a file, else from $PATH.
@@ -252,11 +264,26 @@ pub fn run(a: Args) -> Result<()> {
     let optional = [
         (
             "UZSWAP_SWAP_DIR",
-            a.writeback_dir.as_ref().map(|d| d.clone().into_os_string()),
+            a.writeback_dir
+                .as_ref()
+                .map(|d| d.clone().into_os_string())
+                .or_else(|| {
+                    a.writeback
+                        .as_ref()
+                        .and_then(|w| w.strip_prefix("file:"))
+                        .map(|d| d.into())
+                }),
         ),
         (
             "UZSWAP_SWAP_SIZE",
             a.swap_size.map(|s| s.to_string().into()),
+        ),
+        (
+            "UZSWAP_WRITEBACK",
+            a.writeback
+                .as_ref()
+                .filter(|w| w.starts_with("redis://"))
+                .map(|w| w.into()),
         ),
         (
             "UZSWAP_STATS",
@@ -326,6 +353,16 @@ pub fn run(a: Args) -> Result<()> {
         let _ = std::fs::remove_file(t);
     }
     if let Some(sig) = status.signal() {
+        if sig == libc::SIGBUS {
+            // The library's own line (above, from the process) says which
+            // page and why; this one says what it did to the program.
+            eprintln!(
+                "uzswap run: {} was killed by SIGBUS: memory it touched could not be read \
+                 back (the writeback target failed or lost it), so it was stopped rather \
+                 than given wrong data",
+                prog.display()
+            );
+        }
         // SAFETY: the default action, then the same signal to ourselves.
         unsafe {
             libc::signal(sig, libc::SIG_DFL);

@@ -65,6 +65,7 @@ impl Access {
 }
 
 pub use uzswap_cli::parse::parse_size;
+use uzswap_cli::parse::{parse_writeback, WritebackSpec};
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
@@ -155,8 +156,14 @@ pub struct Args {
     #[arg(long)]
     pub fixed_pool_share: bool,
     /// uzswap: no swap device; every compressed page stays in the pool.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "writeback")]
     pub no_writeback: bool,
+    /// uzswap: where the coldest pages go: `file` (default), `file:DIR`,
+    /// or the far tier `redis://HOST:PORT[,HOST:PORT...]` (more than one
+    /// node: a Redis Cluster; options `?timeout_ms=&retries=&backoff_ms=`).
+    /// Remote pages are always sealed.
+    #[arg(long, value_parser = parse_writeback, conflicts_with = "swap_dir")]
+    pub writeback: Option<WritebackSpec>,
     /// uzswap: write pages to the swap file as they are, not sealed
     /// (AES-256-GCM under a key only this process holds, the default).
     #[arg(long)]
@@ -552,6 +559,11 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         } else if let Some(wb) = cfg.writeback.as_mut() {
             wb.dir = args.swap_dir.clone();
             wb.baseline_allocator = args.swap_allocator == SwapAllocator::Baseline;
+            match &args.writeback {
+                Some(WritebackSpec::File(dir)) => wb.dir = dir.clone(),
+                Some(WritebackSpec::Remote(r)) => wb.remote = Some(r.clone()),
+                None => {}
+            }
             wb.size_bytes = args
                 .swap_size
                 .unwrap_or_else(|| args.size.max(budget.saturating_mul(2)));

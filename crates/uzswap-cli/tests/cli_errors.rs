@@ -137,3 +137,44 @@ fn bench_programs_bad_arguments() {
         "not a kernel backend",
     );
 }
+
+#[test]
+fn bad_writeback_targets() {
+    assert_clean_failure(
+        &["usemem", "--writeback", "memcached://h:1"],
+        "one of file, file:DIR, redis://",
+    );
+    assert_clean_failure(&["usemem", "--writeback", "redis://h"], "HOST:PORT");
+    assert_clean_failure(
+        &["usemem", "--writeback", "redis://h:1?nope=1"],
+        "unknown option",
+    );
+    assert_clean_failure(&["usemem", "--writeback", "file:"], "needs a directory");
+    assert_clean_failure(
+        &["usemem", "--writeback", "file", "--no-writeback"],
+        "cannot be used with",
+    );
+    assert_clean_failure(
+        &["run", "--writeback", "redis://h:x", "--", "true"],
+        "no valid port",
+    );
+    // Nothing listens there: an error at start naming the address.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}?connect_timeout_ms=200");
+    assert_clean_failure(
+        &[
+            "usemem",
+            "--size",
+            "8M",
+            "--budget",
+            "4M",
+            "--writeback",
+            &url,
+        ],
+        &format!("127.0.0.1:{port}: cannot connect"),
+    );
+}

@@ -398,8 +398,8 @@ pub fn zswap(data: &[u8]) {
 
 // ----------------------------------------------------------------- cli_parse
 
-/// The command line's size, duration, thread-count, compressor-name and
-/// pattern-name parsers on arbitrary strings: no panic, and what they
+/// The command line's size, duration, thread-count, compressor-name,
+/// pattern-name and writeback-target parsers on arbitrary strings: no panic, and what they
 /// accept is in range and survives a round trip through its printed form.
 pub fn cli_parse(data: &[u8]) {
     use uzswap_cli::parse::{parse_secs, parse_size, parse_threads, MAX_SECS, MAX_THREADS};
@@ -435,5 +435,16 @@ pub fn cli_parse(data: &[u8]) {
     }
     if let Ok(p) = s.parse::<uzswap::Pattern>() {
         assert_eq!(p.to_string().parse::<uzswap::Pattern>(), Ok(p), "{s:?}");
+    }
+    // `--writeback`: also with the scheme in front, so the URL parser
+    // itself sees the arbitrary part.
+    for w in [s.to_string(), format!("redis://{s}")] {
+        if let Ok(uzswap_cli::parse::WritebackSpec::Remote(r)) =
+            uzswap_cli::parse::parse_writeback(&w)
+        {
+            assert!(!r.nodes.is_empty(), "{w:?}");
+            assert!(r.nodes.iter().all(|(h, _)| !h.is_empty()), "{w:?}");
+            assert!(r.cluster || r.nodes.len() == 1, "{w:?}");
+        }
     }
 }

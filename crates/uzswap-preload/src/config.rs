@@ -7,6 +7,7 @@
 //! | `UZSWAP_COMPRESSOR` | compressor name (`lz4`, `lzo`, `zstd:3`...) |
 //! | `UZSWAP_FOLIO` | chunk bytes (4096 << 0..=9) |
 //! | `UZSWAP_SWAP_DIR`, `UZSWAP_SWAP_SIZE` | the writeback device |
+//! | `UZSWAP_WRITEBACK` | `redis://HOST:PORT[,HOST:PORT...]`: write back to Redis (the far tier) instead of a file |
 //! | `UZSWAP_WRITEBACK_PLAIN` | `1`: pages go to the swap file unsealed (default: AES-256-GCM) |
 //! | `UZSWAP_STATS` | file the figures are appended to at exit (`-`: stderr) |
 //! | `UZSWAP_STATS_EVERY` | also every this many seconds |
@@ -23,6 +24,7 @@ pub struct Config {
     pub swap_dir: Option<PathBuf>,
     pub swap_size: u64,
     pub writeback_plain: bool,
+    pub remote: Option<uzswap::swap::RemoteConfig>,
     pub stats: Option<String>,
     pub stats_every: Option<f64>,
     pub no_inherit: bool,
@@ -90,6 +92,12 @@ impl Config {
             swap_dir: var("UZSWAP_SWAP_DIR").map(PathBuf::from),
             swap_size: num("UZSWAP_SWAP_SIZE")?.unwrap_or(0),
             writeback_plain: var("UZSWAP_WRITEBACK_PLAIN").is_some_and(|v| v != "0"),
+            remote: var("UZSWAP_WRITEBACK")
+                .map(|v| {
+                    uzswap::swap::RemoteConfig::parse(&v)
+                        .map_err(|e| format!("UZSWAP_WRITEBACK: {e}"))
+                })
+                .transpose()?,
             stats: var("UZSWAP_STATS"),
             stats_every,
             no_inherit: var("UZSWAP_NO_INHERIT").is_some_and(|v| v != "0"),
@@ -119,6 +127,7 @@ impl Config {
         c.zswap.writeback_encrypted = !self.writeback_plain;
         if let Some(wb) = c.writeback.as_mut() {
             wb.dir = self.swap_dir.clone();
+            wb.remote = self.remote.clone();
             wb.size_bytes = if self.swap_size > 0 {
                 self.swap_size
             } else {

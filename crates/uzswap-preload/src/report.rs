@@ -83,6 +83,11 @@ extern "C" fn at_exit() {
     // SAFETY: getpid has no preconditions.
     if st.pid == unsafe { libc::getpid() } {
         emit(st, "exit");
+        // The instance is never dropped: a far tier's values would stay on
+        // the server after the program.
+        if let Some(r) = st.uz.zswap().swap_device().and_then(|d| d.remote()) {
+            r.clear();
+        }
     }
 }
 

@@ -1,15 +1,18 @@
-//! The swap device: a fixed-size backing file, its cluster allocator, page
+//! The swap device: a fixed-size slot space, its cluster allocator, page
 //! I/O, the readahead window and discard of freed clusters (mm/swapfile.c,
-//! mm/page_io.c, mm/swap_state.c's `swap_cluster_readahead`).
+//! mm/page_io.c, mm/swap_state.c's `swap_cluster_readahead`), over a target
+//! that keeps the slots' pages: the backing file ([`FileTarget`], here) or
+//! the far tier ([`RedisTarget`], `remote`), see `target`.
 //!
 //! The backing file is unlinked (`O_TMPFILE`, or created and removed at once
 //! where the filesystem lacks it), mode 0600, and fully allocated with
 //! `fallocate` up front, so a missing, read-only or too small directory is an
 //! error at creation instead of a failed write later.
 //!
-//! Locking: none of its own. I/O uses `pread`/`pwritev` at explicit offsets,
-//! and a slot run belongs to whoever allocated it, so concurrent I/O to
-//! different runs needs no lock. Slot ownership is the allocator's (see
+//! Locking: none of its own. I/O uses `pread`/`pwritev` at explicit offsets
+//! (a remote target has its own leaf locks, `remote`), and a slot run
+//! belongs to whoever allocated it, so concurrent I/O to different runs
+//! needs no lock. Slot ownership is the allocator's (see
 //! `cluster` for its locks); counters are atomics. The discard hook runs
 //! from the allocator with no lock held.
 //!
@@ -39,6 +42,8 @@ use std::sync::Arc;
 use crate::baseline::GlobalLockAllocator;
 use crate::cluster::ClusterAllocator;
 use crate::entry::{check_range, SlotError, SlotRange, SwapSlot};
+use crate::remote::{RedisTarget, RemoteConfig, RemoteStats};
+use crate::target::WritebackTarget;
 use crate::{SlotAllocator, MAX_ORDER, NR_ORDERS, PAGE_SIZE, SWAPFILE_CLUSTER};
 
 const CLUSTER_BYTES: u64 = (SWAPFILE_CLUSTER * PAGE_SIZE) as u64;
@@ -64,6 +69,9 @@ pub struct SwapDeviceConfig {
     /// allocator (no discard then). Only for measuring the one against the
     /// other under a real writeback load (`uzswap bench seeds`, seed 001).
     pub baseline_allocator: bool,
+    /// Keep the slots' pages on Redis instead of in a file (`dir`,
+    /// `direct_io` and `discard` then do not apply): the far tier.
+    pub remote: Option<RemoteConfig>,
 }
 
 impl Default for SwapDeviceConfig {
@@ -75,6 +83,7 @@ impl Default for SwapDeviceConfig {
             direct_io: false,
             discard: true,
             baseline_allocator: false,
+            remote: None,
         }
     }
 }
@@ -103,6 +112,8 @@ pub enum SwapError {
     DirectIoUnsupported { dir: PathBuf, cause: io::Error },
     #[error("swap file in {dir}: {cause}")]
     Io { dir: PathBuf, cause: io::Error },
+    #[error("remote writeback target: {0}")]
+    Remote(String),
 }
 
 /// Device counters (names as the kernel's where one exists).
@@ -128,6 +139,8 @@ pub struct SwapStats {
     pub discards: u64,
     /// Hole punches that failed (the cluster is reused all the same).
     pub discard_errors: u64,
+    /// The far tier's own figures, when the device is remote.
+    pub remote: Option<RemoteStats>,
 }
 
 #[derive(Default)]
@@ -161,7 +174,7 @@ pub mod failpoints {
 }
 
 /// The device's slot allocator (see `SwapDeviceConfig::baseline_allocator`).
-enum DeviceAlloc {
+pub(crate) enum DeviceAlloc {
     Cluster(ClusterAllocator),
     Baseline(GlobalLockAllocator),
 }
@@ -174,7 +187,7 @@ impl DeviceAlloc {
         }
     }
 
-    fn free_range(&self, slot: SwapSlot, npages: u64) -> Result<(), SlotError> {
+    pub(crate) fn free_range(&self, slot: SwapSlot, npages: u64) -> Result<(), SlotError> {
         match self {
             DeviceAlloc::Cluster(a) => a.free_range(slot, npages),
             DeviceAlloc::Baseline(a) => a.free_range(slot, npages),
@@ -196,14 +209,28 @@ impl DeviceAlloc {
     }
 }
 
-/// A swap device: backing file + cluster allocator.
+/// A swap device: a slot space (the cluster allocator) over a target that
+/// keeps the slots' pages (the backing file, or the far tier).
 pub struct SwapDevice {
-    file: Arc<File>,
+    backing: Backing,
     alloc: DeviceAlloc,
     nslots: u64,
     page_cluster: u32,
-    direct_io: bool,
     counters: Arc<Counters>,
+}
+
+/// The device's target. An enum rather than a `dyn WritebackTarget` so the
+/// file's I/O calls stay direct calls.
+enum Backing {
+    File(FileTarget),
+    Remote(Box<RedisTarget>),
+}
+
+/// The local swap file as a [`WritebackTarget`]: `pread`/`pwritev` at the
+/// slot's offset, through an aligned bounce buffer with `O_DIRECT`.
+pub struct FileTarget {
+    file: Arc<File>,
+    direct_io: bool,
     #[cfg(any(test, feature = "failpoints"))]
     faults: parking_lot::Mutex<std::collections::VecDeque<(failpoints::IoOp, failpoints::Fault)>>,
 }
@@ -213,7 +240,7 @@ impl std::fmt::Debug for SwapDevice {
         f.debug_struct("SwapDevice")
             .field("nslots", &self.nslots)
             .field("page_cluster", &self.page_cluster)
-            .field("direct_io", &self.direct_io)
+            .field("target", &self.target_kind())
             .finish_non_exhaustive()
     }
 }
@@ -373,6 +400,16 @@ impl SwapDevice {
         if nclusters == 0 {
             return Err(SwapError::TooSmall(cfg.size_bytes));
         }
+        if let Some(r) = &cfg.remote {
+            let nslots = nclusters * SWAPFILE_CLUSTER as u64;
+            let target = RedisTarget::connect(r.clone(), nslots).map_err(SwapError::Remote)?;
+            return Ok(Self::with_backing(
+                Backing::Remote(Box::new(target)),
+                nclusters as usize,
+                cfg.page_cluster,
+                None,
+            ));
+        }
         let size = nclusters * CLUSTER_BYTES;
         let dir = cfg.dir.clone();
         match std::fs::metadata(&dir) {
@@ -502,24 +539,55 @@ impl SwapDevice {
     ) -> Self {
         let file = Arc::new(file);
         let counters = Arc::new(Counters::default());
-        let alloc = DeviceAlloc::Cluster(if discard {
+        let hook: Option<Box<dyn Fn(SlotRange) + Send + Sync>> = if discard {
             let (f, cnt) = (Arc::clone(&file), Arc::clone(&counters));
-            ClusterAllocator::with_discard(
-                nclusters,
-                Box::new(move |r: SlotRange| punch_hole(&f, &cnt, r)),
-            )
+            Some(Box::new(move |r: SlotRange| punch_hole(&f, &cnt, r)))
         } else {
-            ClusterAllocator::new(nclusters)
+            None
+        };
+        let target = FileTarget {
+            file,
+            direct_io,
+            #[cfg(any(test, feature = "failpoints"))]
+            faults: parking_lot::Mutex::new(Default::default()),
+        };
+        let mut d = Self::with_backing(Backing::File(target), nclusters, page_cluster, hook);
+        d.counters = counters;
+        d
+    }
+
+    fn with_backing(
+        backing: Backing,
+        nclusters: usize,
+        page_cluster: u32,
+        discard: Option<Box<dyn Fn(SlotRange) + Send + Sync>>,
+    ) -> Self {
+        let alloc = DeviceAlloc::Cluster(match discard {
+            Some(hook) => ClusterAllocator::with_discard(nclusters, hook),
+            None => ClusterAllocator::new(nclusters),
         });
         Self {
-            file,
+            backing,
             alloc,
             nslots: (nclusters * SWAPFILE_CLUSTER) as u64,
             page_cluster,
-            direct_io,
-            counters,
-            #[cfg(any(test, feature = "failpoints"))]
-            faults: parking_lot::Mutex::new(Default::default()),
+            counters: Arc::default(),
+        }
+    }
+
+    /// Which target holds the pages: "file", "redis" or "redis-cluster".
+    pub fn target_kind(&self) -> &'static str {
+        match &self.backing {
+            Backing::File(f) => f.kind(),
+            Backing::Remote(r) => r.kind(),
+        }
+    }
+
+    /// The far tier, when the device is remote (for its figures and tests).
+    pub fn remote(&self) -> Option<&RedisTarget> {
+        match &self.backing {
+            Backing::Remote(r) => Some(r),
+            Backing::File(_) => None,
         }
     }
 
@@ -573,8 +641,33 @@ impl SwapDevice {
     }
 
     /// Frees `npages` slots from `slot` (inside one cluster, all allocated).
+    ///
+    /// A remote device deletes the slots' values first, in batches: the
+    /// slots stay allocated until their delete is sent, so no slot can be
+    /// written again before the delete of its old value (`remote`).
     pub fn free(&self, slot: SwapSlot, npages: u64) -> Result<(), SlotError> {
-        self.alloc.free_range(slot, npages)
+        match &self.backing {
+            Backing::File(_) => self.alloc.free_range(slot, npages),
+            Backing::Remote(r) => {
+                check_range(slot.0, npages, self.nslots)?;
+                if !self.alloc.is_allocated(SlotRange::new(slot, npages))? {
+                    return Err(SlotError::NotAllocated {
+                        start: slot.0,
+                        npages,
+                    });
+                }
+                r.release(slot, npages, &self.alloc);
+                Ok(())
+            }
+        }
+    }
+
+    /// Send the deletes a remote device has batched and free their slots
+    /// (nothing to do for a file).
+    pub fn flush(&self) {
+        if let Backing::Remote(r) = &self.backing {
+            r.flush_deletes(&self.alloc);
+        }
     }
 
     /// The readahead window around `slot`: the naturally aligned run of
@@ -591,15 +684,9 @@ impl SwapDevice {
     pub fn readahead(&self, slot: SwapSlot) -> SlotRange {
         let w = self.readahead_window(slot);
         if w.npages > 0 {
-            // SAFETY: advisory call on our own fd; no memory passed. Its
-            // result only affects caching, so it is ignored.
-            unsafe {
-                libc::posix_fadvise(
-                    self.file.as_raw_fd(),
-                    w.start.byte_offset() as libc::off_t,
-                    (w.npages * PAGE_SIZE as u64) as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                );
+            match &self.backing {
+                Backing::File(f) => f.readahead(w),
+                Backing::Remote(r) => r.readahead(w),
             }
         }
         w
@@ -623,14 +710,9 @@ impl SwapDevice {
                 slot.0
             )));
         }
-        let r = if self.direct_io {
-            let mut buf = AlignedBuf::new(pages.len() * PAGE_SIZE);
-            for (dst, src) in buf.as_mut_slice().chunks_exact_mut(PAGE_SIZE).zip(pages) {
-                dst.copy_from_slice(src);
-            }
-            self.pwritev_all(&[buf.as_slice()], slot.byte_offset())
-        } else {
-            self.pwritev_all(pages, slot.byte_offset())
+        let r = match &self.backing {
+            Backing::File(f) => f.write(slot, pages),
+            Backing::Remote(r) => r.write(slot, pages),
         };
         match r {
             Ok(()) => {
@@ -653,17 +735,44 @@ impl SwapDevice {
                 buf.len()
             )));
         }
-        let r = if self.direct_io {
-            let mut b = AlignedBuf::new(buf.len());
-            let r = self.pread_all(b.as_mut_slice(), slot.byte_offset());
-            buf.copy_from_slice(b.as_slice());
-            r
-        } else {
-            self.pread_all(buf, slot.byte_offset())
+        let r = match &self.backing {
+            Backing::File(f) => f.read(slot, buf),
+            Backing::Remote(r) => r.read(slot, buf),
         };
         match r {
             Ok(()) => {
                 self.counters.pswpin.fetch_add(npages, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads several stretches of slots into `buf`, back to back in the
+    /// order given (`buf` exactly as long as they are together): one round
+    /// trip on a remote device, one read each on a file.
+    pub fn read_runs(&self, runs: &[SlotRange], buf: &mut [u8]) -> io::Result<()> {
+        let mut total = 0u64;
+        for r in runs {
+            check_range(r.start.0, r.npages, self.nslots).map_err(slot_err)?;
+            total += r.npages;
+        }
+        if buf.len() as u64 != total * PAGE_SIZE as u64 {
+            return Err(invalid(format!(
+                "swap read of {total} pages into a {}-byte buffer",
+                buf.len()
+            )));
+        }
+        let r = match &self.backing {
+            Backing::File(f) => f.read_runs(runs, buf),
+            Backing::Remote(r) => r.read_runs(runs, buf),
+        };
+        match r {
+            Ok(()) => {
+                self.counters.pswpin.fetch_add(total, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
@@ -687,9 +796,54 @@ impl SwapDevice {
             io_errors: c.io_errors.load(Ordering::Relaxed),
             discards: a.discards,
             discard_errors: c.discard_errors.load(Ordering::Relaxed),
+            remote: self.remote().map(|r| r.stats()),
+        }
+    }
+}
+
+impl WritebackTarget for FileTarget {
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+
+    fn write(&self, first: SwapSlot, pages: &[&[u8]]) -> io::Result<()> {
+        if self.direct_io {
+            let mut buf = AlignedBuf::new(pages.len() * PAGE_SIZE);
+            for (dst, src) in buf.as_mut_slice().chunks_exact_mut(PAGE_SIZE).zip(pages) {
+                dst.copy_from_slice(src);
+            }
+            self.pwritev_all(&[buf.as_slice()], first.byte_offset())
+        } else {
+            self.pwritev_all(pages, first.byte_offset())
         }
     }
 
+    fn read(&self, first: SwapSlot, buf: &mut [u8]) -> io::Result<()> {
+        if self.direct_io {
+            let mut b = AlignedBuf::new(buf.len());
+            let r = self.pread_all(b.as_mut_slice(), first.byte_offset());
+            buf.copy_from_slice(b.as_slice());
+            r
+        } else {
+            self.pread_all(buf, first.byte_offset())
+        }
+    }
+
+    fn readahead(&self, w: SlotRange) {
+        // SAFETY: advisory call on our own fd; no memory passed. Its result
+        // only affects caching, so it is ignored.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                w.start.byte_offset() as libc::off_t,
+                (w.npages * PAGE_SIZE as u64) as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+}
+
+impl FileTarget {
     /// Writes all of `bufs` at `off`, continuing after short writes.
     fn pwritev_all(&self, bufs: &[&[u8]], mut off: u64) -> io::Result<()> {
         let (mut idx, mut skip) = (0usize, 0usize);
@@ -812,18 +966,24 @@ impl SwapDevice {
         let i = q.iter().position(|(o, _)| *o == op)?;
         q.remove(i).map(|(_, f)| f)
     }
+}
 
-    /// Queues `fault` for the next `op` syscall (read or write); faults of
-    /// one kind are consumed in the order queued.
+impl SwapDevice {
+    /// Queues `fault` for the next `op` syscall (read or write) of a file
+    /// device; faults of one kind are consumed in the order queued.
     #[cfg(any(test, feature = "failpoints"))]
     pub fn inject_fault(&self, op: failpoints::IoOp, fault: failpoints::Fault) {
-        self.faults.lock().push_back((op, fault));
+        if let Backing::File(f) = &self.backing {
+            f.faults.lock().push_back((op, fault));
+        }
     }
 
     /// Drops every queued fault not yet consumed: the device works again.
     #[cfg(any(test, feature = "failpoints"))]
     pub fn clear_faults(&self) {
-        self.faults.lock().clear();
+        if let Backing::File(f) = &self.backing {
+            f.faults.lock().clear();
+        }
     }
 }
 

@@ -8,8 +8,11 @@
 //! - [`baseline`]: one bitmap behind one global lock, with the same
 //!   [`SlotAllocator`] interface. It is kept only so `uzswap bench alloc` can
 //!   measure the cluster allocator against it in the same run.
-//! - [`device`]: the backing file, page I/O, the readahead window and discard
-//!   (hole punching) of freed clusters.
+//! - [`device`]: the swap device: the slot space and its target, page I/O,
+//!   the readahead window and discard (hole punching) of freed clusters.
+//! - [`target`]: the [`WritebackTarget`] trait, what keeps the slots' pages:
+//!   the local file (`FileTarget`, in `device`) or [`remote`]: the far tier
+//!   on Redis or Redis Cluster, every value versioned and checksummed.
 //!
 //! The crate is the bottom layer: it knows nothing of zswap or regions.
 
@@ -18,12 +21,18 @@ mod bitmap;
 pub mod cluster;
 pub mod device;
 pub mod entry;
+pub mod remote;
 mod sync;
+pub mod target;
 
 pub use baseline::GlobalLockAllocator;
 pub use cluster::{ClusterAllocator, ClusterFlag};
-pub use device::{memory_backed_fs, SwapDevice, SwapDeviceConfig, SwapError, SwapStats};
+pub use device::{
+    memory_backed_fs, FileTarget, SwapDevice, SwapDeviceConfig, SwapError, SwapStats,
+};
 pub use entry::{SlotError, SlotRange, SwapSlot};
+pub use remote::{RedisTarget, RemoteConfig, RemoteStats};
+pub use target::WritebackTarget;
 
 /// Slots are pages.
 pub const PAGE_SIZE: usize = 4096;

@@ -12,6 +12,7 @@ pub mod bars;
 pub mod compare;
 pub mod engine;
 pub mod programs;
+pub mod remote;
 pub mod seeds;
 pub mod shrinker;
 
@@ -30,6 +31,8 @@ pub enum BenchCmd {
     Programs(programs::Args),
     /// Each seed's headline claim reproduced here, beside the seed's figure.
     Seeds(seeds::Args),
+    /// Writeback to the local file vs one Redis server vs a Redis Cluster.
+    Remote(remote::Args),
 }
 
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
@@ -40,6 +43,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Compare(a) => compare::run(a),
         BenchCmd::Programs(a) => programs::run(a),
         BenchCmd::Seeds(a) => seeds::run(a),
+        BenchCmd::Remote(a) => remote::run(a),
     }
 }
 

@@ -132,7 +132,7 @@ pub mod failpoints;
 #[cfg(not(feature = "failpoints"))]
 mod failpoints;
 mod fault;
-mod latency;
+pub(crate) mod latency;
 #[cfg(test)]
 mod model;
 mod pagemap;
@@ -267,6 +267,10 @@ pub struct Writeback {
     /// The global-lock baseline slot allocator instead of the cluster
     /// allocator (`SwapDeviceConfig::baseline_allocator`): for benchmarks.
     pub baseline_allocator: bool,
+    /// Write back to Redis (the far tier) instead of a local file; `dir`
+    /// and `direct_io` then do not apply. Every value is sealed, so
+    /// `zswap.writeback_encrypted` must stay on.
+    pub remote: Option<crate::swap::RemoteConfig>,
 }
 
 impl Default for Writeback {
@@ -277,6 +281,7 @@ impl Default for Writeback {
             direct_io: true,
             page_cluster: 3,
             baseline_allocator: false,
+            remote: None,
         }
     }
 }
@@ -975,9 +980,10 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
                     cfg.budget.saturating_mul(2).max(64 << 20)
                 },
                 page_cluster: wb.page_cluster,
-                direct_io: wb.direct_io,
+                direct_io: wb.direct_io && wb.remote.is_none(),
                 discard: true,
                 baseline_allocator: wb.baseline_allocator,
+                remote: wb.remote.clone(),
             });
         }
     }
@@ -988,7 +994,7 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
         // rarely have to write back themselves.
         z.pool_share_bytes = z.pool_share_bytes.min(share / 8 * 7);
     }
-    if let Some(d) = &z.swap_device {
+    if let Some(d) = z.swap_device.as_ref().filter(|d| d.remote.is_none()) {
         warn_memory_backed(&d.dir);
     }
     match Zswap::new(z.clone()) {

@@ -338,6 +338,8 @@ pub struct Zswap {
     /// The key and tags of sealed writeback (with a device, unless
     /// `writeback_encrypted` is off).
     sealer: Option<seal::Sealer>,
+    /// Time of each load's device read (all its stretches in one call).
+    read_latency: crate::region::latency::Histogram,
     /// Where the shrinker thread starts writing back (`pool_share_bytes`,
     /// adjustable while running).
     share_bytes: AtomicU64,
@@ -418,6 +420,13 @@ impl Zswap {
                 )?)
             }
         };
+        if device.as_ref().is_some_and(|d| d.remote().is_some()) && !cfg.writeback_encrypted {
+            return Err(ZswapError::Config(
+                "a remote writeback target is always sealed: plain writeback \
+                 (writeback_encrypted = false) is for the local file only"
+                    .into(),
+            ));
+        }
         let swap_map = device
             .as_ref()
             .map(|d| swap_map::SwapMap::new(d.capacity()));
@@ -444,6 +453,7 @@ impl Zswap {
             clean_cursor: Default::default(),
             swap_map,
             sealer,
+            read_latency: Default::default(),
             share_bytes: AtomicU64::new(cfg.pool_share_bytes),
             cfg,
         })

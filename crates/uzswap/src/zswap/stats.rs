@@ -138,6 +138,18 @@ pub struct ZswapStats {
     pub tree_locks: u64,
     /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
     pub mthp: BTreeMap<String, OrderStats>,
+    /// Where written-back pages go: "none", "file", "redis", "redis-cluster".
+    pub writeback_target: &'static str,
+    /// Slots the device wrote and read (packed objects: a slot holds parts
+    /// of several pages), for every instance sharing it.
+    pub device_slots_written: u64,
+    pub device_slots_read: u64,
+    /// Service time of each load's device read (all its stretches of slots
+    /// in one call), the tier's share of a fault served from it.
+    pub swap_read_latency_us: crate::region::LatencySummary,
+    /// The far tier's own figures (remote targets only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::swap::RemoteStats>,
 }
 
 impl ZswapStats {
@@ -208,6 +220,14 @@ impl super::Zswap {
         s.shrink_protected = self.tree.lru.protected();
         s.psi_active = self.shrinker_psi_active();
         s.tree_locks = self.tree.lock_count();
+        let dev = self.device.as_deref();
+        s.writeback_target = dev.map_or("none", |d| d.target_kind());
+        if let Some(st) = dev.map(|d| d.stats()) {
+            s.device_slots_written = st.pswpout;
+            s.device_slots_read = st.pswpin;
+            s.remote = st.remote;
+        }
+        s.swap_read_latency_us = self.read_latency.summary();
         s
     }
 }

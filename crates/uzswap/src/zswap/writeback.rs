@@ -40,7 +40,8 @@
 //! the same key in between.
 //!
 //! Loads of written-back pages read each stretch of adjacent or shared
-//! slots their objects touch with one read, and open (authenticate and
+//! slots their objects touch with one read (all of a load's stretches in
+//! one device call: a remote target sends them as one round trip), and open (authenticate and
 //! decrypt) every page of it before any object in it is used: a page that
 //! fails is a `LoadError::Checksum` of the entry whose object it holds,
 //! the same error as a corrupt pool object, and the entries stay stored (after hinting the device's
@@ -63,7 +64,7 @@ use super::swap_map::DevicePlace;
 use super::tree::ShardGuard;
 use super::{LoadError, Zswap};
 use crate::compress::{CompressCtx, CompressorId};
-use crate::swap::{SwapDevice, SwapSlot};
+use crate::swap::{SlotRange, SwapDevice, SwapSlot};
 use crate::zpool::Handle;
 use crate::{MAX_ORDER, PAGE_SIZE};
 use zeroize::Zeroizing;
@@ -527,7 +528,8 @@ impl Zswap {
     }
 
     /// Read the written-back objects among `entries` (the folio from
-    /// `first`), one read per stretch of adjacent or shared slots.
+    /// `first`), one read per stretch of adjacent or shared slots, all in
+    /// one device call (one round trip on a remote device).
     pub(super) fn read_device(
         &self,
         first: SwapEntry,
@@ -556,8 +558,9 @@ impl Zswap {
         if !self.cfg.swap_device.as_ref().is_some_and(|d| d.direct_io) {
             dev.readahead(places[0].1.slot);
         }
-        let mut a = 0;
-        while a < places.len() {
+        // The stretches of adjacent or shared slots: (places a..b, slots
+        // start..end).
+        let stretch = |a: usize| {
             let start = places[a].1.slots().start;
             let mut end = places[a].1.slots().end;
             let mut b = a + 1;
@@ -565,31 +568,81 @@ impl Zswap {
                 end = end.max(places[b].1.slots().end);
                 b += 1;
             }
+            (b, start, end)
+        };
+        if dev.remote().is_some() {
+            // All stretches in one call: one round trip to the far tier.
+            let mut stretches = Vec::new();
+            let mut runs = Vec::new();
+            let mut a = 0;
+            while a < places.len() {
+                let (b, start, end) = stretch(a);
+                let base = out.buf.len();
+                stretches.push((a, b, start, base));
+                runs.push(SlotRange::new(SwapSlot(start), end - start));
+                out.buf.resize(base + (end - start) as usize * PAGE_SIZE, 0);
+                a = b;
+            }
+            let t0 = std::time::Instant::now();
+            dev.read_runs(&runs, &mut out.buf)
+                .map_err(|e| LoadError::Device(first.offset(places[0].0 as u64), e.to_string()))?;
+            self.read_latency.record(t0.elapsed().as_nanos() as u64);
+            Counters::add(&self.counters.swap_reads, runs.len() as u64);
+            for &(a, b, start, base) in &stretches {
+                self.open_stretch(first, &places[a..b], start, base, &mut out)?;
+            }
+            return Ok(out);
+        }
+        // A file: one read per stretch, each opened as it arrives.
+        let mut a = 0;
+        while a < places.len() {
+            let (b, start, end) = stretch(a);
             let base = out.buf.len();
             out.buf.resize(base + (end - start) as usize * PAGE_SIZE, 0);
+            let t0 = std::time::Instant::now();
             dev.read(SwapSlot(start), end - start, &mut out.buf[base..])
                 .map_err(|e| LoadError::Device(first.offset(places[a].0 as u64), e.to_string()))?;
+            self.read_latency.record(t0.elapsed().as_nanos() as u64);
             Counters::add(&self.counters.swap_reads, 1);
-            if let Some(s) = &self.sealer {
-                if let Err(SealError::Auth(bad) | SealError::Exhausted(bad)) =
-                    s.open(SwapSlot(start), &mut out.buf[base..])
-                {
-                    // Name the first entry whose object touches the page.
-                    let (i, _) = places[a..b]
-                        .iter()
-                        .find(|(_, p)| p.slots().contains(&bad.0))
-                        .expect("a page read holds an object");
-                    Counters::add(&self.counters.seal_fail, 1);
-                    Counters::add(&self.counters.checksum_fail, 1);
-                    return Err(LoadError::Checksum(first.offset(*i as u64)));
-                }
-            }
-            for &(i, p) in &places[a..b] {
-                out.index[i] =
-                    Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
-            }
+            self.open_stretch(first, &places[a..b], start, base, &mut out)?;
             a = b;
         }
         Ok(out)
+    }
+
+    /// Open (unseal) the pages of one stretch read at `base` of `out.buf`,
+    /// from slot `start`, and index the objects `places` of it.
+    fn open_stretch(
+        &self,
+        first: SwapEntry,
+        places: &[(usize, DevicePlace)],
+        start: u64,
+        base: usize,
+        out: &mut DevicePages,
+    ) -> Result<(), LoadError> {
+        let end = places
+            .iter()
+            .map(|(_, p)| p.slots().end)
+            .max()
+            .unwrap_or(start);
+        if let Some(s) = &self.sealer {
+            let pages = &mut out.buf[base..base + (end - start) as usize * PAGE_SIZE];
+            if let Err(SealError::Auth(bad) | SealError::Exhausted(bad)) =
+                s.open(SwapSlot(start), pages)
+            {
+                // Name the first entry whose object touches the page.
+                let (i, _) = places
+                    .iter()
+                    .find(|(_, p)| p.slots().contains(&bad.0))
+                    .expect("a page read holds an object");
+                Counters::add(&self.counters.seal_fail, 1);
+                Counters::add(&self.counters.checksum_fail, 1);
+                return Err(LoadError::Checksum(first.offset(*i as u64)));
+            }
+        }
+        for &(i, p) in places {
+            out.index[i] = Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
+        }
+        Ok(())
     }
 }

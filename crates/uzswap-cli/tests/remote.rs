@@ -1,0 +1,241 @@
+//! `--writeback redis://...` end to end, against real servers on
+//! 127.0.0.1: usemem and `uzswap run` verify every page at 4x the budget
+//! with most cold pages on the far tier, on one server and on a 3-master
+//! cluster; a server killed or restarted empty mid-run stops the program
+//! with SIGBUS and a message (never wrong data, never a clean exit).
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+use uzswap_cli::redis_servers::{available, RedisCluster, RedisServer};
+
+fn uzswap() -> &'static str {
+    env!("CARGO_BIN_EXE_uzswap")
+}
+
+fn userfaultfd_works() -> bool {
+    match uzswap::Uzswap::new(uzswap::UzswapConfig::default()) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("skipping: {e}");
+            false
+        }
+    }
+}
+
+/// The command with no core dump (a SIGBUS would write the whole heap).
+fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(uzswap());
+    c.args(args);
+    // SAFETY: setrlimit in the child before exec: no allocation, no locks.
+    unsafe {
+        c.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &r);
+            Ok(())
+        });
+    }
+    c
+}
+
+fn last_json(o: &Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{:?}\nstdout: {out}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(out.trim_end().lines().last().unwrap()).unwrap()
+}
+
+/// usemem at 4x the budget through `url`: every page verified, most cold
+/// pages written to the far tier, nothing left on the server after.
+fn usemem_verifies(url: &str, what: &str) {
+    let o = cmd(&[
+        "usemem",
+        "--size",
+        "64M",
+        "--budget",
+        "16M",
+        "--verify",
+        "--json",
+        "--writeback",
+        url,
+    ])
+    .output()
+    .unwrap();
+    let j = last_json(&o);
+    assert_eq!(j["verify"]["mismatches"], 0, "{what}: {j}");
+    assert_eq!(j["verify"]["checked_pages"], 16384, "{what}");
+    let s = &j["stats"];
+    assert_eq!(s["writeback_target"], what);
+    assert!(
+        s["remote"]["pages_out"].as_u64().unwrap() > 5_000,
+        "{what}: {s}"
+    );
+    assert!(s["remote"]["pages_in"].as_u64().unwrap() > 0, "{what}");
+    assert_eq!(s["checksum_fail"], 0);
+}
+
+#[test]
+fn usemem_verifies_every_page_on_one_server_and_on_a_cluster() {
+    if !available() || !userfaultfd_works() {
+        return;
+    }
+    let srv = RedisServer::start(&[]);
+    usemem_verifies(&srv.url(), "redis");
+    assert_eq!(srv.dbsize(), 0, "values left on the server");
+    let c = RedisCluster::start();
+    usemem_verifies(&c.url(), "redis-cluster");
+    let left: u64 = c.nodes.iter().map(|n| n.dbsize()).sum();
+    assert_eq!(left, 0);
+}
+
+fn preload() -> PathBuf {
+    let p = Path::new(uzswap()).with_file_name("libuzswap_preload.so");
+    if !p.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "--release", "-p", "uzswap-preload"])
+            .status()
+            .expect("cargo");
+        assert!(st.success(), "building the preload library failed");
+    }
+    p
+}
+
+/// `uzswap run` of usemem's plain backend (the program's own memory, not
+/// uzswap's API): the runner's library holds it at a quarter of its size.
+#[test]
+fn uzswap_run_verifies_every_page_on_one_server_and_on_a_cluster() {
+    if !available() || !userfaultfd_works() {
+        return;
+    }
+    let lib = preload();
+    let srv = RedisServer::start(&[]);
+    let c = RedisCluster::start();
+    for (url, kind) in [(srv.url(), "redis"), (c.url(), "redis-cluster")] {
+        let o = cmd(&["run", "--budget", "16M", "--json", "--preload"])
+            .arg(&lib)
+            .args(["--writeback", &url, "--", uzswap()])
+            .args(["usemem", "--backend", "none", "--size", "64M"])
+            .args(["--verify", "--json"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{kind}: {out}");
+        let mut lines = out.trim_end().lines().rev();
+        let summary: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        let usemem: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        assert_eq!(usemem["verify"]["mismatches"], 0, "{kind}: {usemem}");
+        assert_eq!(usemem["verify"]["checked_pages"], 16384);
+        let p = summary["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .max_by_key(|p| p["written_back_pages"].as_u64().unwrap_or(0))
+            .unwrap();
+        assert_eq!(p["writeback_target"], kind);
+        assert!(
+            p["remote"]["pages_out"].as_u64().unwrap() > 1000,
+            "{kind}: {p}"
+        );
+        assert!(summary["peak_bytes"].as_u64().unwrap() <= 16 << 20);
+    }
+    // The library never drops its instance; it clears the server at exit.
+    assert_eq!(srv.dbsize(), 0);
+    assert_eq!(c.nodes.iter().map(|n| n.dbsize()).sum::<u64>(), 0);
+}
+
+/// A server that dies (or comes back empty) while usemem runs: the pages it
+/// held cannot be read, and usemem dies of SIGBUS, with the library's line
+/// naming the target, instead of reading zeros or finishing.
+#[test]
+fn a_server_lost_mid_run_stops_the_program_with_sigbus() {
+    if !available() || !userfaultfd_works() {
+        return;
+    }
+    for restart in [false, true] {
+        let mut srv = RedisServer::start(&[]);
+        let url = format!(
+            "{}?timeout_ms=300&connect_timeout_ms=300&retries=2&backoff_ms=200",
+            srv.url()
+        );
+        let child = cmd(&[
+            "usemem",
+            "--size",
+            "64M",
+            "--budget",
+            "16M",
+            "--passes",
+            "400",
+            "--verify",
+            "--json",
+            "--writeback",
+            &url,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        // Long enough for the first passes to write back to the server.
+        std::thread::sleep(Duration::from_millis(1000));
+        if restart {
+            srv.restart();
+        } else {
+            srv.kill();
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.signal(),
+            Some(libc::SIGBUS),
+            "restart {restart}: {:?}\n{err}",
+            o.status
+        );
+        // Killed: reads fail after their retries. Restarted: the server
+        // answers without the pages ("missing"), unless a read came while
+        // it was still down.
+        assert!(
+            err.contains("after 3 tries") || (restart && err.contains("missing")),
+            "restart {restart}: {err}"
+        );
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("\"mismatches\""));
+    }
+}
+
+/// The same through `uzswap run`: the runner says why and ends with the
+/// program's signal.
+#[test]
+fn uzswap_run_reports_a_lost_server_and_exits_non_zero() {
+    if !available() || !userfaultfd_works() {
+        return;
+    }
+    let lib = preload();
+    let mut srv = RedisServer::start(&[]);
+    let url = format!("{}?timeout_ms=300&retries=1", srv.url());
+    let child = cmd(&["run", "--budget", "16M", "--preload"])
+        .arg(&lib)
+        .args(["--writeback", &url, "--", uzswap()])
+        .args(["usemem", "--backend", "none", "--size", "64M"])
+        .args(["--passes", "400", "--verify"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    srv.restart();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert_eq!(o.status.signal(), Some(libc::SIGBUS), "{err}");
+    assert!(err.contains("killed by SIGBUS"), "{err}");
+    // Read while the server was down (retries spent) or once it was back
+    // empty: either way the library's line names the target and the cause.
+    assert!(err.contains("missing") || err.contains("tries"), "{err}");
+    assert!(err.contains(&srv.url()["redis://".len()..]), "{err}");
+}
