@@ -83,10 +83,28 @@ pub enum WritebackSpec {
     File(Option<std::path::PathBuf>),
     /// The far tier: Redis, or Redis Cluster with more than one node.
     Remote(uzswap::swap::RemoteConfig),
+    /// The tier order `pool → file → redis`: the local file first (in this
+    /// directory, `None`: the default one), the far tier for what it
+    /// cannot take.
+    FileThenRemote(Option<std::path::PathBuf>, uzswap::swap::RemoteConfig),
 }
 
-/// `file`, `file:DIR` or `redis://HOST:PORT[,HOST:PORT...][?OPTIONS]`.
+/// `file`, `file:DIR` or `redis://HOST:PORT[,HOST:PORT...][?OPTIONS]`, or
+/// a file followed by the far tier: `file[:DIR]+redis://...`.
 pub fn parse_writeback(s: &str) -> Result<WritebackSpec, String> {
+    if let Some(i) = s.find("+redis://") {
+        let far = match parse_writeback(&s[i + 1..])? {
+            WritebackSpec::Remote(r) => r,
+            _ => unreachable!("a redis:// URL parses as the far tier"),
+        };
+        return match parse_writeback(&s[..i]) {
+            Ok(WritebackSpec::File(dir)) => Ok(WritebackSpec::FileThenRemote(dir, far)),
+            Err(e) => Err(e),
+            Ok(_) => Err(format!(
+                "--writeback {s:?}: only a file (file or file:DIR) can come before +redis://"
+            )),
+        };
+    }
     if s == "file" {
         return Ok(WritebackSpec::File(None));
     }
@@ -100,6 +118,7 @@ pub fn parse_writeback(s: &str) -> Result<WritebackSpec, String> {
         return uzswap::swap::RemoteConfig::parse(s).map(WritebackSpec::Remote);
     }
     Err(format!(
-        "--writeback {s:?}: one of file, file:DIR, redis://HOST:PORT[,HOST:PORT...]"
+        "--writeback {s:?}: one of file, file:DIR, redis://HOST:PORT[,HOST:PORT...], \
+         file[:DIR]+redis://..."
     ))
 }

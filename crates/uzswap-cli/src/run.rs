@@ -35,11 +35,17 @@ pub struct Args {
     pub writeback_dir: Option<PathBuf>,
     /// Where the coldest pages go: `file` (default), `file:DIR`, or the far
     /// tier `redis://HOST:PORT[,HOST:PORT...]` (more than one node: a Redis
-    /// Cluster; options `?timeout_ms=&retries=&backoff_ms=`). Remote pages
-    /// are always sealed. A page that cannot be read back from it raises
-    /// SIGBUS in the program, which then ends with that signal.
+    /// Cluster; options `?timeout_ms=&retries=&backoff_ms=`), or both in the
+    /// order `pool → file → redis`: `file[:DIR]+redis://...` (the file,
+    /// `--swap-size`, takes what it can; Redis the rest). Remote pages are
+    /// always sealed. A page that cannot be read back from it raises SIGBUS
+    /// in the program, which then ends with that signal.
     #[arg(long, value_parser = check_writeback)]
     pub writeback: Option<String>,
+    /// Size of the far tier behind the file with `--writeback
+    /// file+redis://...` (default: as large as the file).
+    #[arg(long, value_parser = parse_size, requires = "writeback")]
+    pub far_size: Option<u64>,
     /// Size of that swap file (default: 8x the budget, at least 1 GiB).
     #[arg(long, value_parser = parse_size)]
     pub swap_size: Option<u64>,
@@ -271,7 +277,7 @@ pub fn run(a: Args) -> Result<()> {
                     a.writeback
                         .as_ref()
                         .and_then(|w| w.strip_prefix("file:"))
-                        .map(|d| d.into())
+                        .map(|d| d.split_once("+redis://").map_or(d, |(d, _)| d).into())
                 }),
         ),
         (
@@ -280,11 +286,18 @@ pub fn run(a: Args) -> Result<()> {
         ),
         (
             "UZSWAP_WRITEBACK",
-            a.writeback
-                .as_ref()
-                .filter(|w| w.starts_with("redis://"))
-                .map(|w| w.into()),
+            // `redis://...`, or `file+redis://...` for the far tier behind
+            // the file (its directory goes in UZSWAP_SWAP_DIR).
+            a.writeback.as_ref().and_then(|w| {
+                let i = w.find("redis://")?;
+                Some(if i == 0 {
+                    w.into()
+                } else {
+                    format!("file+{}", &w[i..]).into()
+                })
+            }),
         ),
+        ("UZSWAP_FAR_SIZE", a.far_size.map(|s| s.to_string().into())),
         (
             "UZSWAP_STATS",
             stats.as_ref().map(|s| s.clone().into_os_string()),

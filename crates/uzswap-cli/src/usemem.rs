@@ -160,10 +160,16 @@ pub struct Args {
     pub no_writeback: bool,
     /// uzswap: where the coldest pages go: `file` (default), `file:DIR`,
     /// or the far tier `redis://HOST:PORT[,HOST:PORT...]` (more than one
-    /// node: a Redis Cluster; options `?timeout_ms=&retries=&backoff_ms=`).
+    /// node: a Redis Cluster; options `?timeout_ms=&retries=&backoff_ms=`),
+    /// or both in the order `pool → file → redis`: `file[:DIR]+redis://...`
+    /// (the file, `--swap-size`, takes what it can; Redis the rest).
     /// Remote pages are always sealed.
     #[arg(long, value_parser = parse_writeback, conflicts_with = "swap_dir")]
     pub writeback: Option<WritebackSpec>,
+    /// uzswap: size of the far tier behind the file with
+    /// `--writeback file+redis://...` (default: as large as the file).
+    #[arg(long, value_parser = parse_size, requires = "writeback")]
+    pub far_size: Option<u64>,
     /// uzswap: write pages to the swap file as they are, not sealed
     /// (AES-256-GCM under a key only this process holds, the default).
     #[arg(long)]
@@ -562,8 +568,14 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             match &args.writeback {
                 Some(WritebackSpec::File(dir)) => wb.dir = dir.clone(),
                 Some(WritebackSpec::Remote(r)) => wb.remote = Some(r.clone()),
+                Some(WritebackSpec::FileThenRemote(dir, r)) => {
+                    wb.dir = dir.clone();
+                    wb.remote = Some(r.clone());
+                    wb.file_first = true;
+                }
                 None => {}
             }
+            wb.far_size_bytes = args.far_size.unwrap_or(0);
             wb.size_bytes = args
                 .swap_size
                 .unwrap_or_else(|| args.size.max(budget.saturating_mul(2)));

@@ -151,6 +151,15 @@ fn bad_writeback_targets() {
     );
     assert_clean_failure(&["usemem", "--writeback", "file:"], "needs a directory");
     assert_clean_failure(
+        &["usemem", "--writeback", "redis://h:1+redis://h:2"],
+        "only a file",
+    );
+    assert_clean_failure(
+        &["usemem", "--writeback", "file:+redis://h:1"],
+        "needs a directory",
+    );
+    assert_clean_failure(&["usemem", "--far-size", "8M"], "--writeback");
+    assert_clean_failure(
         &["usemem", "--writeback", "file", "--no-writeback"],
         "cannot be used with",
     );

@@ -239,3 +239,77 @@ fn uzswap_run_reports_a_lost_server_and_exits_non_zero() {
     assert!(err.contains("missing") || err.contains("tries"), "{err}");
     assert!(err.contains(&srv.url()["redis://".len()..]), "{err}");
 }
+
+/// `--writeback file:DIR+redis://...` (`pool → file → redis`): usemem and
+/// `uzswap run` at 4x the budget verify every page with a file too small
+/// for the cold pages; the file takes what it can, Redis the rest.
+#[test]
+fn a_file_then_redis_tier_order_verifies_every_page() {
+    if !available() || !userfaultfd_works() {
+        return;
+    }
+    let srv = RedisServer::start(&[]);
+    let dir = std::env::temp_dir();
+    let spec = format!("file:{}+{}", dir.display(), srv.url());
+    let o = cmd(&["usemem", "--size", "64M", "--budget", "16M", "--verify"])
+        .args(["--json", "--swap-size", "4M", "--far-size", "64M"])
+        .args(["--writeback", &spec])
+        .output()
+        .unwrap();
+    let j = last_json(&o);
+    assert_eq!(j["verify"]["mismatches"], 0, "{j}");
+    assert_eq!(j["verify"]["checked_pages"], 16384);
+    let s = &j["stats"];
+    assert_eq!(s["writeback_target"], "file+redis");
+    let far = s["remote"]["pages_out"].as_u64().unwrap();
+    let all = s["device_slots_written"].as_u64().unwrap();
+    assert!(
+        far > 1000 && all > far + 500,
+        "file and Redis both used: {s}"
+    );
+    assert_eq!(s["checksum_fail"], 0);
+    assert_eq!(srv.dbsize(), 0, "values left on the server");
+
+    let lib = preload();
+    let o = cmd(&["run", "--budget", "16M", "--json", "--preload"])
+        .arg(&lib)
+        .args([
+            "--writeback",
+            &spec,
+            "--swap-size",
+            "4M",
+            "--far-size",
+            "64M",
+        ])
+        .args([
+            "--",
+            uzswap(),
+            "usemem",
+            "--backend",
+            "none",
+            "--size",
+            "64M",
+        ])
+        .args(["--verify", "--json"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut lines = out.trim_end().lines().rev();
+    let summary: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let usemem: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(usemem["verify"]["mismatches"], 0, "{usemem}");
+    let p = summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|p| p["written_back_pages"].as_u64().unwrap_or(0))
+        .unwrap();
+    assert_eq!(p["writeback_target"], "file+redis", "{p}");
+    assert!(p["remote"]["pages_out"].as_u64().unwrap() > 500, "{p}");
+    assert_eq!(srv.dbsize(), 0);
+}

@@ -7,7 +7,8 @@
 //! | `UZSWAP_COMPRESSOR` | compressor name (`lz4`, `lzo`, `zstd:3`...) |
 //! | `UZSWAP_FOLIO` | chunk bytes (4096 << 0..=9) |
 //! | `UZSWAP_SWAP_DIR`, `UZSWAP_SWAP_SIZE` | the writeback device |
-//! | `UZSWAP_WRITEBACK` | `redis://HOST:PORT[,HOST:PORT...]`: write back to Redis (the far tier) instead of a file |
+//! | `UZSWAP_WRITEBACK` | `redis://HOST:PORT[,HOST:PORT...]`: write back to Redis (the far tier) instead of a file; `file+redis://...`: the file first, Redis for what it cannot take |
+//! | `UZSWAP_FAR_SIZE` | size of the far tier behind the file (default: as large as the file) |
 //! | `UZSWAP_WRITEBACK_PLAIN` | `1`: pages go to the swap file unsealed (default: AES-256-GCM) |
 //! | `UZSWAP_STATS` | file the figures are appended to at exit (`-`: stderr) |
 //! | `UZSWAP_STATS_EVERY` | also every this many seconds |
@@ -23,6 +24,10 @@ pub struct Config {
     pub folio_order: u32,
     pub swap_dir: Option<PathBuf>,
     pub swap_size: u64,
+    /// The far tier sits behind the file (`UZSWAP_WRITEBACK=file+redis://`).
+    pub file_first: bool,
+    /// Size of that far tier (`UZSWAP_FAR_SIZE`; 0: as large as the file).
+    pub far_size: u64,
     pub writeback_plain: bool,
     pub remote: Option<uzswap::swap::RemoteConfig>,
     pub stats: Option<String>,
@@ -92,12 +97,15 @@ impl Config {
             swap_dir: var("UZSWAP_SWAP_DIR").map(PathBuf::from),
             swap_size: num("UZSWAP_SWAP_SIZE")?.unwrap_or(0),
             writeback_plain: var("UZSWAP_WRITEBACK_PLAIN").is_some_and(|v| v != "0"),
+            file_first: var("UZSWAP_WRITEBACK").is_some_and(|v| v.starts_with("file+")),
             remote: var("UZSWAP_WRITEBACK")
                 .map(|v| {
-                    uzswap::swap::RemoteConfig::parse(&v)
+                    let url = v.strip_prefix("file+").unwrap_or(&v);
+                    uzswap::swap::RemoteConfig::parse(url)
                         .map_err(|e| format!("UZSWAP_WRITEBACK: {e}"))
                 })
                 .transpose()?,
+            far_size: num("UZSWAP_FAR_SIZE")?.unwrap_or(0),
             stats: var("UZSWAP_STATS"),
             stats_every,
             no_inherit: var("UZSWAP_NO_INHERIT").is_some_and(|v| v != "0"),
@@ -128,6 +136,8 @@ impl Config {
         if let Some(wb) = c.writeback.as_mut() {
             wb.dir = self.swap_dir.clone();
             wb.remote = self.remote.clone();
+            wb.file_first = self.file_first;
+            wb.far_size_bytes = self.far_size;
             wb.size_bytes = if self.swap_size > 0 {
                 self.swap_size
             } else {

@@ -72,6 +72,14 @@ pub struct SwapDeviceConfig {
     /// Keep the slots' pages on Redis instead of in a file (`dir`,
     /// `direct_io` and `discard` then do not apply): the far tier.
     pub remote: Option<RemoteConfig>,
+    /// With `remote`: the tier order `pool → file → redis`. The device is
+    /// then the file (`dir`, `size_bytes`, `direct_io`, `discard` apply)
+    /// followed by Redis, which gets only what the file cannot take. False:
+    /// `pool → redis`, no file.
+    pub file_first: bool,
+    /// Slots of the far tier behind a file (`file_first`), in bytes; 0:
+    /// `size_bytes`.
+    pub far_size_bytes: u64,
 }
 
 impl Default for SwapDeviceConfig {
@@ -84,6 +92,8 @@ impl Default for SwapDeviceConfig {
             discard: true,
             baseline_allocator: false,
             remote: None,
+            file_first: false,
+            far_size_bytes: 0,
         }
     }
 }
@@ -210,13 +220,17 @@ impl DeviceAlloc {
 }
 
 /// A swap device: a slot space (the cluster allocator) over a target that
-/// keeps the slots' pages (the backing file, or the far tier).
+/// keeps the slots' pages (the backing file, or the far tier), and
+/// optionally a next tier whose slots are numbered after this one's.
 pub struct SwapDevice {
     backing: Backing,
     alloc: DeviceAlloc,
     nslots: u64,
     page_cluster: u32,
     counters: Arc<Counters>,
+    /// The tier behind this one (`pool → file → redis`): slot `nslots + s`
+    /// is its slot `s`. It takes an allocation only when this tier cannot.
+    next: Option<Box<SwapDevice>>,
 }
 
 /// The device's target. An enum rather than a `dyn WritebackTarget` so the
@@ -241,6 +255,7 @@ impl std::fmt::Debug for SwapDevice {
             .field("nslots", &self.nslots)
             .field("page_cluster", &self.page_cluster)
             .field("target", &self.target_kind())
+            .field("next", &self.next)
             .finish_non_exhaustive()
     }
 }
@@ -399,6 +414,25 @@ impl SwapDevice {
         let nclusters = cfg.size_bytes / CLUSTER_BYTES;
         if nclusters == 0 {
             return Err(SwapError::TooSmall(cfg.size_bytes));
+        }
+        if cfg.file_first && cfg.remote.is_some() {
+            let far = SwapDeviceConfig {
+                size_bytes: if cfg.far_size_bytes > 0 {
+                    cfg.far_size_bytes
+                } else {
+                    cfg.size_bytes
+                },
+                file_first: false,
+                ..cfg.clone()
+            };
+            let far = Self::create(far)?;
+            let mut file = Self::create(SwapDeviceConfig {
+                remote: None,
+                file_first: false,
+                ..cfg
+            })?;
+            file.next = Some(Box::new(far));
+            return Ok(file);
         }
         if let Some(r) = &cfg.remote {
             let nslots = nclusters * SWAPFILE_CLUSTER as u64;
@@ -572,31 +606,51 @@ impl SwapDevice {
             nslots: (nclusters * SWAPFILE_CLUSTER) as u64,
             page_cluster,
             counters: Arc::default(),
+            next: None,
         }
     }
 
-    /// Which target holds the pages: "file", "redis" or "redis-cluster".
+    /// Which target holds the pages: "file", "redis" or "redis-cluster",
+    /// or "file+redis" / "file+redis-cluster" for a file with a far tier
+    /// behind it.
     pub fn target_kind(&self) -> &'static str {
-        match &self.backing {
+        let here = match &self.backing {
             Backing::File(f) => f.kind(),
             Backing::Remote(r) => r.kind(),
+        };
+        match self.next.as_deref().map(SwapDevice::target_kind) {
+            None => here,
+            Some("redis") => "file+redis",
+            Some("redis-cluster") => "file+redis-cluster",
+            Some(_) => "file+file",
         }
     }
 
-    /// The far tier, when the device is remote (for its figures and tests).
+    /// The far tier, when the device is remote or has one behind its file
+    /// (for its figures and tests).
     pub fn remote(&self) -> Option<&RedisTarget> {
         match &self.backing {
             Backing::Remote(r) => Some(r),
-            Backing::File(_) => None,
+            Backing::File(_) => self.next.as_deref().and_then(SwapDevice::remote),
         }
     }
 
-    /// Slots on the device.
+    /// Slots on the device, every tier's together.
     pub fn capacity(&self) -> u64 {
-        self.nslots
+        self.nslots + self.next.as_ref().map_or(0, |n| n.capacity())
     }
 
-    /// The allocator (for invariant checks and list statistics).
+    /// The tier behind this one's and the slot's number there, when `slot`
+    /// is past this tier.
+    fn beyond(&self, slot: u64) -> Option<(&SwapDevice, u64)> {
+        match &self.next {
+            Some(n) if slot >= self.nslots => Some((n, slot - self.nslots)),
+            _ => None,
+        }
+    }
+
+    /// The allocator of the first tier (for invariant checks and list
+    /// statistics).
     ///
     /// # Panics
     /// On a device made with `baseline_allocator`, which has no clusters.
@@ -617,20 +671,26 @@ impl SwapDevice {
 
     /// `2^order` contiguous, naturally aligned slots, or `None`. Never falls
     /// back to a smaller order; see [`alloc_fallback`](Self::alloc_fallback).
+    /// A tier is asked only when the ones before it have no such run.
     pub fn alloc(&self, order: u32) -> Option<SwapSlot> {
-        self.alloc.alloc(order)
+        self.alloc.alloc(order).or_else(|| {
+            let n = self.next.as_deref()?;
+            n.alloc(order).map(|s| SwapSlot(s.0 + self.nslots))
+        })
     }
 
     /// Tries `order`, then each smaller order down to 0; returns the slots
     /// and the order obtained. Getting less than asked counts one
     /// `swpout_fallback` for the requested order: the caller writes the
-    /// first `2^got` pages there and allocates again for the rest.
+    /// first `2^got` pages there and allocates again for the rest. Every
+    /// tier is asked at one order before any is asked at a smaller one (a
+    /// folio kept whole on the far tier beats one split on the file).
     pub fn alloc_fallback(&self, order: u32) -> Option<(SwapSlot, u32)> {
         if order > MAX_ORDER {
             return None;
         }
         for o in (0..=order).rev() {
-            if let Some(s) = self.alloc.alloc(o) {
+            if let Some(s) = self.alloc(o) {
                 if o < order {
                     self.counters.fallback[order as usize].fetch_add(1, Ordering::Relaxed);
                 }
@@ -646,6 +706,9 @@ impl SwapDevice {
     /// slots stay allocated until their delete is sent, so no slot can be
     /// written again before the delete of its old value (`remote`).
     pub fn free(&self, slot: SwapSlot, npages: u64) -> Result<(), SlotError> {
+        if let Some((n, s)) = self.beyond(slot.0) {
+            return n.free(SwapSlot(s), npages);
+        }
         match &self.backing {
             Backing::File(_) => self.alloc.free_range(slot, npages),
             Backing::Remote(r) => {
@@ -668,11 +731,18 @@ impl SwapDevice {
         if let Backing::Remote(r) = &self.backing {
             r.flush_deletes(&self.alloc);
         }
+        if let Some(n) = &self.next {
+            n.flush();
+        }
     }
 
     /// The readahead window around `slot`: the naturally aligned run of
-    /// 2^page_cluster slots holding it, clipped to the device.
+    /// 2^page_cluster slots holding it, clipped to its tier.
     pub fn readahead_window(&self, slot: SwapSlot) -> SlotRange {
+        if let Some((n, s)) = self.beyond(slot.0) {
+            let w = n.readahead_window(SwapSlot(s));
+            return SlotRange::new(SwapSlot(w.start.0 + self.nslots), w.npages);
+        }
         let win = 1u64 << self.page_cluster;
         let start = (slot.0 & !(win - 1)).min(self.nslots);
         let end = (start + win).min(self.nslots);
@@ -682,6 +752,10 @@ impl SwapDevice {
     /// Hints the kernel to start reading the window around `slot`
     /// (`POSIX_FADV_WILLNEED`) and returns that window.
     pub fn readahead(&self, slot: SwapSlot) -> SlotRange {
+        if let Some((n, s)) = self.beyond(slot.0) {
+            let w = n.readahead(SwapSlot(s));
+            return SlotRange::new(SwapSlot(w.start.0 + self.nslots), w.npages);
+        }
         let w = self.readahead_window(slot);
         if w.npages > 0 {
             match &self.backing {
@@ -692,9 +766,13 @@ impl SwapDevice {
         w
     }
 
-    /// Writes one page per slot from `slot` on. The slots must be allocated.
-    /// On error the slots stay the caller's (see the module comment).
+    /// Writes one page per slot from `slot` on. The slots must be allocated
+    /// (so they are in one tier). On error the slots stay the caller's (see
+    /// the module comment).
     pub fn write(&self, slot: SwapSlot, pages: &[&[u8]]) -> io::Result<()> {
+        if let Some((n, s)) = self.beyond(slot.0) {
+            return n.write(SwapSlot(s), pages);
+        }
         let n = pages.len() as u64;
         check_range(slot.0, n, self.nslots).map_err(slot_err)?;
         if let Some(i) = pages.iter().position(|p| p.len() != PAGE_SIZE) {
@@ -728,6 +806,9 @@ impl SwapDevice {
 
     /// Reads `npages` pages from `slot` into `buf` (exactly that long).
     pub fn read(&self, slot: SwapSlot, npages: u64, buf: &mut [u8]) -> io::Result<()> {
+        if self.next.is_some() {
+            return self.read_runs(&[SlotRange::new(slot, npages)], buf);
+        }
         check_range(slot.0, npages, self.nslots).map_err(slot_err)?;
         if buf.len() as u64 != npages * PAGE_SIZE as u64 {
             return Err(invalid(format!(
@@ -739,6 +820,66 @@ impl SwapDevice {
             Backing::File(f) => f.read(slot, buf),
             Backing::Remote(r) => r.read(slot, buf),
         };
+        self.count_read(npages, r)
+    }
+
+    /// Reads several stretches of slots into `buf`, back to back in the
+    /// order given (`buf` exactly as long as they are together): one round
+    /// trip on a remote device, one read each on a file. Behind a file,
+    /// the stretches are split where the tiers meet and each tier reads
+    /// its own part.
+    pub fn read_runs(&self, runs: &[SlotRange], buf: &mut [u8]) -> io::Result<()> {
+        let mut total = 0u64;
+        for r in runs {
+            check_range(r.start.0, r.npages, self.capacity()).map_err(slot_err)?;
+            total += r.npages;
+        }
+        if buf.len() as u64 != total * PAGE_SIZE as u64 {
+            return Err(invalid(format!(
+                "swap read of {total} pages into a {}-byte buffer",
+                buf.len()
+            )));
+        }
+        let Some(next) = self.next.as_deref() else {
+            let r = match &self.backing {
+                Backing::File(f) => f.read_runs(runs, buf),
+                Backing::Remote(r) => r.read_runs(runs, buf),
+            };
+            return self.count_read(total, r);
+        };
+        let (here, far) = split_runs(runs, self.nslots);
+        let here_bytes = here.iter().map(|r| r.npages).sum::<u64>() as usize * PAGE_SIZE;
+        let mut near = vec![0u8; here_bytes];
+        let mut away = vec![0u8; buf.len() - here_bytes];
+        if !here.is_empty() {
+            let r = match &self.backing {
+                Backing::File(f) => f.read_runs(&here, &mut near),
+                Backing::Remote(r) => r.read_runs(&here, &mut near),
+            };
+            self.count_read(here.iter().map(|r| r.npages).sum(), r)?;
+        }
+        if !far.is_empty() {
+            next.read_runs(&far, &mut away)?;
+        }
+        // Back into the caller's order: each piece from its tier's buffer.
+        let (mut hi, mut fi, mut off) = (0, 0, 0);
+        for r in runs {
+            for (is_far, piece) in split_run(*r, self.nslots) {
+                let len = piece.npages as usize * PAGE_SIZE;
+                let (src, at) = if is_far {
+                    (&away, &mut fi)
+                } else {
+                    (&near, &mut hi)
+                };
+                buf[off..off + len].copy_from_slice(&src[*at..*at + len]);
+                *at += len;
+                off += len;
+            }
+        }
+        Ok(())
+    }
+
+    fn count_read(&self, npages: u64, r: io::Result<()>) -> io::Result<()> {
         match r {
             Ok(()) => {
                 self.counters.pswpin.fetch_add(npages, Ordering::Relaxed);
@@ -751,38 +892,35 @@ impl SwapDevice {
         }
     }
 
-    /// Reads several stretches of slots into `buf`, back to back in the
-    /// order given (`buf` exactly as long as they are together): one round
-    /// trip on a remote device, one read each on a file.
-    pub fn read_runs(&self, runs: &[SlotRange], buf: &mut [u8]) -> io::Result<()> {
-        let mut total = 0u64;
-        for r in runs {
-            check_range(r.start.0, r.npages, self.nslots).map_err(slot_err)?;
-            total += r.npages;
-        }
-        if buf.len() as u64 != total * PAGE_SIZE as u64 {
-            return Err(invalid(format!(
-                "swap read of {total} pages into a {}-byte buffer",
-                buf.len()
-            )));
-        }
-        let r = match &self.backing {
-            Backing::File(f) => f.read_runs(runs, buf),
-            Backing::Remote(r) => r.read_runs(runs, buf),
-        };
-        match r {
-            Ok(()) => {
-                self.counters.pswpin.fetch_add(total, Ordering::Relaxed);
-                Ok(())
+    /// The device's figures, every tier's together; `remote` is the far
+    /// tier's own. `alloc_fail` counts only allocations no tier could
+    /// serve.
+    pub fn stats(&self) -> SwapStats {
+        let mut s = self.own_stats();
+        s.remote = self.remote().map(|r| r.stats());
+        if let Some(n) = &self.next {
+            let f = n.stats();
+            s.capacity += f.capacity;
+            s.used += f.used;
+            for o in 0..NR_ORDERS {
+                s.alloc[o] += f.alloc[o];
             }
-            Err(e) => {
-                self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
-                Err(e)
-            }
+            s.alloc_fail = f.alloc_fail;
+            s.pswpout += f.pswpout;
+            s.pswpin += f.pswpin;
+            s.io_errors += f.io_errors;
+            s.discards += f.discards;
+            s.discard_errors += f.discard_errors;
         }
+        s
     }
 
-    pub fn stats(&self) -> SwapStats {
+    /// The first tier's own figures (the file's), when a tier is behind it.
+    pub fn first_tier_stats(&self) -> Option<SwapStats> {
+        self.next.as_ref().map(|_| self.own_stats())
+    }
+
+    fn own_stats(&self) -> SwapStats {
         let a = self.alloc.stats();
         let c = &self.counters;
         SwapStats {
@@ -796,9 +934,36 @@ impl SwapDevice {
             io_errors: c.io_errors.load(Ordering::Relaxed),
             discards: a.discards,
             discard_errors: c.discard_errors.load(Ordering::Relaxed),
-            remote: self.remote().map(|r| r.stats()),
+            remote: None,
         }
     }
+}
+
+/// `r` cut where the tiers meet (slot `at`): (on the far tier, the piece
+/// in its tier's numbering), in order.
+fn split_run(r: SlotRange, at: u64) -> impl Iterator<Item = (bool, SlotRange)> {
+    let (s, e) = (r.start.0, r.start.0 + r.npages);
+    let near = (s < at).then(|| (false, SlotRange::new(SwapSlot(s), e.min(at) - s)));
+    let far = (e > at).then(|| {
+        let fs = s.max(at);
+        (true, SlotRange::new(SwapSlot(fs - at), e - fs))
+    });
+    near.into_iter().chain(far)
+}
+
+/// Every run's pieces on this tier and on the next, each list in order.
+fn split_runs(runs: &[SlotRange], at: u64) -> (Vec<SlotRange>, Vec<SlotRange>) {
+    let (mut here, mut far) = (Vec::new(), Vec::new());
+    for r in runs {
+        for (is_far, piece) in split_run(*r, at) {
+            if is_far {
+                far.push(piece)
+            } else {
+                here.push(piece)
+            }
+        }
+    }
+    (here, far)
 }
 
 impl WritebackTarget for FileTarget {

@@ -245,3 +245,80 @@ fn a_cluster_spreads_runs_by_hash_tag() {
     drop(d);
     assert_eq!(c.nodes.iter().map(|n| n.dbsize()).sum::<u64>(), 0);
 }
+
+/// `pool → file → redis`: the file takes every allocation it can, Redis
+/// only what it cannot; slots past the file are Redis's, a read across the
+/// boundary gets each part from its tier, a freed file cluster is the
+/// file's again, and a far tier that dies fails only its own I/O.
+#[test]
+fn a_file_first_device_sends_to_redis_only_what_the_file_cannot_take() {
+    if !available() {
+        return;
+    }
+    let mut srv = RedisServer::start(&[]);
+    let url = format!(
+        "{}?timeout_ms=200&connect_timeout_ms=200&retries=1",
+        srv.url()
+    );
+    let d = SwapDevice::create(SwapDeviceConfig {
+        size_bytes: 512 * PAGE_SIZE as u64,
+        far_size_bytes: 2 * 512 * PAGE_SIZE as u64,
+        remote: Some(RemoteConfig::parse(&url).unwrap()),
+        file_first: true,
+        ..SwapDeviceConfig::default()
+    })
+    .unwrap();
+    assert_eq!(d.target_kind(), "file+redis");
+    assert_eq!(d.capacity(), 3 * 512);
+    let near = d.alloc(9).unwrap();
+    assert_eq!(near, SwapSlot(0));
+    write(&d, near, 0..512).unwrap();
+    assert_eq!(srv.dbsize(), 0, "the file had room");
+    let far = d.alloc(9).unwrap();
+    assert_eq!(far, SwapSlot(512));
+    write(&d, far, 512..1024).unwrap();
+    assert_eq!(srv.dbsize(), 512);
+    // Across the boundary, as one read and as stretches.
+    check(&d, SwapSlot(508), 508..516);
+    let mut buf = vec![0u8; 6 * PAGE_SIZE];
+    d.read_runs(
+        &[
+            SlotRange::new(SwapSlot(600), 1),
+            SlotRange::new(SwapSlot(510), 4),
+            SlotRange::new(SwapSlot(3), 1),
+        ],
+        &mut buf,
+    )
+    .unwrap();
+    for (i, t) in [600, 510, 511, 512, 513, 3].into_iter().enumerate() {
+        assert!(
+            buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE] == page(t)[..],
+            "page {t}"
+        );
+    }
+    let st = d.stats();
+    let file = d.first_tier_stats().unwrap();
+    assert_eq!((st.pswpout, file.pswpout), (1024, 512));
+    assert_eq!(st.remote.unwrap().pages_out, 512);
+    assert_eq!((st.used, file.used), (1024, 512));
+    // A freed file cluster is the file's again before Redis's free one.
+    d.free(near, 512).unwrap();
+    assert_eq!(d.alloc(9).unwrap(), SwapSlot(0));
+    assert_eq!(
+        d.readahead_window(SwapSlot(515)),
+        SlotRange::new(SwapSlot(512), 8)
+    );
+    // The far tier gone: the file's pages and writes are untouched; the
+    // far tier's fail as errors, never as pages.
+    srv.kill();
+    write(&d, SwapSlot(0), 2000..2512).unwrap();
+    check(&d, SwapSlot(0), 2000..2512);
+    let mut one = vec![0u8; PAGE_SIZE];
+    assert!(d.read(SwapSlot(700), 1, &mut one).is_err());
+    let last = d.alloc(9).unwrap();
+    assert_eq!(last, SwapSlot(1024));
+    assert!(write(&d, last, 0..512).is_err());
+    assert!(d.alloc(0).is_none(), "every tier is full");
+    d.free(far, 512).unwrap();
+    d.free(last, 512).unwrap();
+}

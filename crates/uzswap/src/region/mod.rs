@@ -271,6 +271,13 @@ pub struct Writeback {
     /// and `direct_io` then do not apply. Every value is sealed, so
     /// `zswap.writeback_encrypted` must stay on.
     pub remote: Option<crate::swap::RemoteConfig>,
+    /// With `remote`: the tier order `pool → file → redis` (the file in
+    /// `dir` first, Redis for what it cannot take) instead of
+    /// `pool → redis`.
+    pub file_first: bool,
+    /// Size of the far tier behind the file (`file_first`); 0: as large as
+    /// the file.
+    pub far_size_bytes: u64,
 }
 
 impl Default for Writeback {
@@ -282,6 +289,8 @@ impl Default for Writeback {
             page_cluster: 3,
             baseline_allocator: false,
             remote: None,
+            file_first: false,
+            far_size_bytes: 0,
         }
     }
 }
@@ -980,10 +989,12 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
                     cfg.budget.saturating_mul(2).max(64 << 20)
                 },
                 page_cluster: wb.page_cluster,
-                direct_io: wb.direct_io && wb.remote.is_none(),
+                direct_io: wb.direct_io && (wb.remote.is_none() || wb.file_first),
                 discard: true,
                 baseline_allocator: wb.baseline_allocator,
                 remote: wb.remote.clone(),
+                file_first: wb.file_first,
+                far_size_bytes: wb.far_size_bytes,
             });
         }
     }
@@ -994,7 +1005,11 @@ fn open_zswap(cfg: &Config) -> Result<Zswap, RegionError> {
         // rarely have to write back themselves.
         z.pool_share_bytes = z.pool_share_bytes.min(share / 8 * 7);
     }
-    if let Some(d) = z.swap_device.as_ref().filter(|d| d.remote.is_none()) {
+    if let Some(d) = z
+        .swap_device
+        .as_ref()
+        .filter(|d| d.remote.is_none() || d.file_first)
+    {
         warn_memory_backed(&d.dir);
     }
     match Zswap::new(z.clone()) {
