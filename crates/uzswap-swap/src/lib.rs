@@ -10,6 +10,7 @@
 //!   measure the cluster allocator against it in the same run.
 //! - [`device`]: the swap device: the slot space and its target, page I/O,
 //!   the readahead window and discard (hole punching) of freed clusters.
+//! - [`slot_table`]: per-slot records in a reserved, uncommitted mapping.
 //! - [`target`]: the [`WritebackTarget`] trait, what keeps the slots' pages:
 //!   the local file (`FileTarget`, in `device`) or [`remote`]: the far tier
 //!   on Redis or Redis Cluster, every value versioned and checksummed.
@@ -22,6 +23,7 @@ pub mod cluster;
 pub mod device;
 pub mod entry;
 pub mod remote;
+pub mod slot_table;
 mod sync;
 pub mod target;
 
@@ -32,6 +34,7 @@ pub use device::{
 };
 pub use entry::{SlotError, SlotRange, SwapSlot};
 pub use remote::{RedisTarget, RemoteConfig, RemoteStats};
+pub use slot_table::{SlotTable, ZeroedRecord};
 pub use target::WritebackTarget;
 
 /// Slots are pages.

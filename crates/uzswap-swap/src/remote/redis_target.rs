@@ -3,13 +3,13 @@
 
 use super::{RemoteConfig, RemoteStats};
 use crate::entry::{SlotRange, SwapSlot};
+use crate::slot_table::SlotTable;
 use crate::target::WritebackTarget;
 use crate::{PAGE_SIZE, SWAPFILE_CLUSTER};
 use parking_lot::Mutex;
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
 use redis::{Client, Connection, Pipeline, RedisError};
 use std::io;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use twox_hash::XxHash3_64;
@@ -42,59 +42,6 @@ struct Counters {
 
 fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Relaxed);
-}
-
-/// One record per slot in an anonymous mapping reserved, not committed: a
-/// large, mostly idle device costs 8 bytes per slot written, not per slot.
-struct VersionTable {
-    ptr: NonNull<AtomicU64>,
-    len: usize,
-}
-
-// SAFETY: the records are atomics; the mapping is owned by the table.
-unsafe impl Send for VersionTable {}
-// SAFETY: as above: shared access goes through atomics only.
-unsafe impl Sync for VersionTable {}
-
-impl VersionTable {
-    fn bytes(len: usize) -> usize {
-        (len * 8).next_multiple_of(PAGE_SIZE).max(PAGE_SIZE)
-    }
-
-    fn new(len: usize) -> io::Result<VersionTable> {
-        // SAFETY: a fresh private anonymous mapping; no memory is passed.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                Self::bytes(len),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(VersionTable {
-            ptr: NonNull::new(p.cast()).expect("mmap returned a non-null address"),
-            len,
-        })
-    }
-
-    fn get(&self, slot: u64) -> &AtomicU64 {
-        assert!(slot < self.len as u64, "slot {slot} beyond the device");
-        // SAFETY: in bounds (checked); the mapping starts zero-filled, and
-        // zero bytes are a valid atomic.
-        unsafe { &*self.ptr.as_ptr().add(slot as usize) }
-    }
-}
-
-impl Drop for VersionTable {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, no longer referenced.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), Self::bytes(self.len)) };
-    }
 }
 
 enum Clients {
@@ -174,7 +121,9 @@ pub struct RedisTarget {
     clients: Clients,
     conns: Mutex<Vec<Conn>>,
     instance: u64,
-    versions: VersionTable,
+    /// One write version per slot (reserved, not committed: a large,
+    /// mostly idle device costs 8 bytes per slot written, not per slot).
+    versions: SlotTable<AtomicU64>,
     /// One bit per allocator cluster written at least once (for the drop).
     touched: Box<[AtomicU64]>,
     pending: Mutex<Vec<u64>>,
@@ -247,7 +196,7 @@ impl RedisTarget {
         .map_err(|e| format!("{}: {e}", cfg.describe()))?;
         let nclusters = nslots.div_ceil(SWAPFILE_CLUSTER as u64) as usize;
         let t = RedisTarget {
-            versions: VersionTable::new(nslots as usize)
+            versions: SlotTable::new(nslots as usize)
                 .map_err(|e| format!("version table of {nslots} slots: {e}"))?,
             touched: (0..nclusters.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
@@ -534,7 +483,7 @@ impl RedisTarget {
                 let c = (w * 64) as u64 + bits.trailing_zeros() as u64;
                 bits &= bits - 1;
                 let first = c * SWAPFILE_CLUSTER as u64;
-                let end = (first + SWAPFILE_CLUSTER as u64).min(self.versions.len as u64);
+                let end = (first + SWAPFILE_CLUSTER as u64).min(self.versions.len() as u64);
                 slots.extend((first..end).filter(|&s| self.versions.get(s).load(Relaxed) != 0));
             }
         }

@@ -25,12 +25,11 @@
 //! race in the language's terms.
 
 use super::secret::{fill_random, SecretPage};
-use crate::swap::SwapSlot;
+use crate::swap::{SlotTable, SwapSlot, ZeroedRecord};
 use crate::PAGE_SIZE;
 use aes_gcm::aead::{AeadInOut, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use std::io;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use zeroize::Zeroize;
 
@@ -55,64 +54,16 @@ struct SlotRecord {
     tag: [AtomicU64; 2],
 }
 
-/// One record per slot, in an anonymous mapping reserved (not committed)
-/// up front: a slot's record costs memory only once it is written, so a
-/// large, mostly idle device costs 24 bytes per slot used, not per slot.
-struct SlotTable {
-    ptr: NonNull<SlotRecord>,
-    len: usize,
-}
-
-// SAFETY: the records are atomics; the mapping is owned by the table.
-unsafe impl Send for SlotTable {}
-// SAFETY: as above: shared access goes through atomics only.
-unsafe impl Sync for SlotTable {}
-
-impl SlotTable {
-    fn bytes(len: usize) -> usize {
-        (len * std::mem::size_of::<SlotRecord>()).next_multiple_of(PAGE_SIZE)
-    }
-
-    fn new(len: usize) -> io::Result<SlotTable> {
-        // SAFETY: a fresh private anonymous mapping; no memory is passed.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                Self::bytes(len),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SlotTable {
-            ptr: NonNull::new(p.cast()).expect("mmap returned a non-null address"),
-            len,
-        })
-    }
-
-    fn get(&self, slot: u64) -> &SlotRecord {
-        assert!(slot < self.len as u64, "slot {slot} beyond the device");
-        // SAFETY: in bounds (checked); the mapping starts zero-filled, and
-        // all-zero bytes are valid atomics.
-        unsafe { &*self.ptr.as_ptr().add(slot as usize) }
-    }
-}
-
-impl Drop for SlotTable {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, no longer referenced.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), Self::bytes(self.len)) };
-    }
-}
+// SAFETY: every field is an atomic: all-zero bytes are a valid record (a
+// slot never sealed) and shared access is through `&` only.
+unsafe impl ZeroedRecord for SlotRecord {}
 
 /// The sealing state of one instance's writeback.
 pub(super) struct Sealer {
     cipher: SecretPage<Aes256Gcm>,
-    slots: SlotTable,
+    /// One record per slot (reserved, not committed: a large, mostly idle
+    /// device costs 24 bytes per slot used, not per slot).
+    slots: SlotTable<SlotRecord>,
 }
 
 fn nonce(slot: u64, version: u64) -> Nonce<aes_gcm::aead::consts::U12> {
