@@ -8,27 +8,14 @@
 #[allow(dead_code)]
 mod redis_harness;
 
+#[path = "common/marked.rs"]
+mod marked;
+use marked::{count, load_all, page, write_back_all, MARK, PAGES};
 use redis::Commands;
 use redis_harness::{available, RedisServer};
 use uzswap::swap::{RemoteConfig, SwapDeviceConfig};
 use uzswap::zswap::{LoadError, ZswapError};
 use uzswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
-
-const PAGES: u64 = 256;
-const MARK: &[u8] = b"PLAINTEXT-MARKER-";
-
-/// Compressible, with the marker in every compressed form's literals.
-fn page(i: u64) -> Vec<u8> {
-    let mut p = Vec::with_capacity(PAGE_SIZE);
-    let mut k = 0u64;
-    while p.len() < PAGE_SIZE {
-        p.extend_from_slice(MARK);
-        p.extend_from_slice(format!("{i:06}/{k:04} the cold page's own words; ").as_bytes());
-        k += 1;
-    }
-    p.truncate(PAGE_SIZE);
-    p
-}
 
 fn config(url: &str, encrypted: bool, compressed: bool) -> ZswapConfig {
     ZswapConfig {
@@ -54,23 +41,6 @@ fn stored(url: &str, compressed: bool) -> Zswap {
     z
 }
 
-fn write_back_all(z: &Zswap) {
-    // The first pass only clears referenced bits (second chance).
-    for _ in 0..8 {
-        z.reclaim(u64::MAX);
-    }
-    assert_eq!(z.stats().device_pages, PAGES, "every page is written back");
-}
-
-fn load_all(z: &Zswap) {
-    let mut out = vec![0u8; PAGE_SIZE];
-    for i in 0..PAGES {
-        z.load(SwapEntry::new(0, i), &mut out, LoadMode::KeepCopy)
-            .unwrap_or_else(|e| panic!("page {i}: {e}"));
-        assert!(out == page(i), "page {i} differs after writeback");
-    }
-}
-
 fn raw_values(srv: &RedisServer) -> Vec<Vec<u8>> {
     let mut con = redis::Client::open(srv.url())
         .unwrap()
@@ -78,10 +48,6 @@ fn raw_values(srv: &RedisServer) -> Vec<Vec<u8>> {
         .unwrap();
     let keys: Vec<String> = con.keys("uz{*").unwrap();
     keys.iter().map(|k| con.get(k).unwrap()).collect()
-}
-
-fn count(hay: &[u8], needle: &[u8]) -> usize {
-    hay.windows(needle.len()).filter(|w| *w == needle).count()
 }
 
 #[test]

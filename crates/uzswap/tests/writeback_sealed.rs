@@ -2,6 +2,9 @@
 //! program's bytes are in it), pages come back byte-exact, and a page
 //! changed in the file is a load error, never zeros or the changed bytes.
 
+#[path = "common/marked.rs"]
+mod marked;
+use marked::{count, load_all, page, write_back_all, MARK, PAGES};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -10,23 +13,7 @@ use uzswap::swap::SwapDevice;
 use uzswap::zswap::LoadError;
 use uzswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
 
-const PAGES: u64 = 256;
 const DEVICE: u64 = 8 << 20;
-const MARK: &[u8] = b"PLAINTEXT-MARKER-";
-
-/// A page that compresses (so the object on the device is small) but
-/// carries the marker many times, in every compressed form's literals.
-fn page(i: u64) -> Vec<u8> {
-    let mut p = Vec::with_capacity(PAGE_SIZE);
-    let mut k = 0u64;
-    while p.len() < PAGE_SIZE {
-        p.extend_from_slice(MARK);
-        p.extend_from_slice(format!("{i:06}/{k:04} the cold page's own words; ").as_bytes());
-        k += 1;
-    }
-    p.truncate(PAGE_SIZE);
-    p
-}
 
 struct Setup {
     z: Zswap,
@@ -73,31 +60,10 @@ fn setup(name: &str, encrypted: bool, compressed: bool) -> Setup {
     Setup { z, file, path }
 }
 
-fn write_back_all(z: &Zswap) {
-    // The first pass only clears referenced bits (second chance).
-    for _ in 0..8 {
-        z.reclaim(u64::MAX);
-    }
-    assert_eq!(z.stats().device_pages, PAGES, "every page is written back");
-}
-
 fn raw(s: &Setup) -> Vec<u8> {
     let mut b = vec![0u8; DEVICE as usize];
     s.file.read_exact_at(&mut b, 0).unwrap();
     b
-}
-
-fn count(hay: &[u8], needle: &[u8]) -> usize {
-    hay.windows(needle.len()).filter(|w| *w == needle).count()
-}
-
-fn load_all(z: &Zswap) {
-    let mut out = vec![0u8; PAGE_SIZE];
-    for i in 0..PAGES {
-        z.load(SwapEntry::new(0, i), &mut out, LoadMode::KeepCopy)
-            .unwrap_or_else(|e| panic!("page {i}: {e}"));
-        assert!(out == page(i), "page {i} differs after writeback");
-    }
 }
 
 #[test]
