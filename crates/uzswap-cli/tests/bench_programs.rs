@@ -3,37 +3,21 @@
 //! `uzswap run` at half its peak RSS, and the byte-identical check between
 //! them, as the JSON reports them.
 
+mod common;
+
+use common::{preload, userfaultfd_works, uzswap};
 use std::path::Path;
 use std::process::Command;
-
-fn uzswap() -> &'static str {
-    env!("CARGO_BIN_EXE_uzswap")
-}
-
-/// The preload library next to the binary, built if a lone `-p uzswap-cli`
-/// run did not build it.
-fn preload_built() -> bool {
-    let p = Path::new(uzswap()).with_file_name("libuzswap_preload.so");
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "--release", "-p", "uzswap-preload"])
-            .status()
-            .expect("cargo");
-        assert!(st.success(), "building the preload library failed");
-    }
-    p.exists()
-}
 
 fn usable() -> bool {
     if !Path::new("/usr/bin/python3").exists() {
         eprintln!("skipping: /usr/bin/python3 not installed (scripts/setup installs it)");
         return false;
     }
-    if let Err(e) = uzswap::Uzswap::new(uzswap::UzswapConfig::default()) {
-        eprintln!("skipping: {e}");
+    if !userfaultfd_works() {
         return false;
     }
-    preload_built()
+    preload().exists()
 }
 
 #[test]

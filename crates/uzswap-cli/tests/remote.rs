@@ -4,25 +4,13 @@
 //! cluster; a server killed or restarted empty mid-run stops the program
 //! with SIGBUS and a message (never wrong data, never a clean exit).
 
+mod common;
+
+use common::{preload, userfaultfd_works, uzswap};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 use uzswap_cli::redis_servers::{available, RedisCluster, RedisServer};
-
-fn uzswap() -> &'static str {
-    env!("CARGO_BIN_EXE_uzswap")
-}
-
-fn userfaultfd_works() -> bool {
-    match uzswap::Uzswap::new(uzswap::UzswapConfig::default()) {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            false
-        }
-    }
-}
 
 /// The command with no core dump (a SIGBUS would write the whole heap).
 fn cmd(args: &[&str]) -> Command {
@@ -94,18 +82,6 @@ fn usemem_verifies_every_page_on_one_server_and_on_a_cluster() {
     usemem_verifies(&c.url(), "redis-cluster");
     let left: u64 = c.nodes.iter().map(|n| n.dbsize()).sum();
     assert_eq!(left, 0);
-}
-
-fn preload() -> PathBuf {
-    let p = Path::new(uzswap()).with_file_name("libuzswap_preload.so");
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "--release", "-p", "uzswap-preload"])
-            .status()
-            .expect("cargo");
-        assert!(st.success(), "building the preload library failed");
-    }
-    p
 }
 
 /// `uzswap run` of usemem's plain backend (the program's own memory, not

@@ -4,12 +4,11 @@
 //! (the library pins system-call buffers), the latter also as a real
 //! unprivileged user made for the test. Every script checks its own bytes.
 
+mod common;
+
+use common::{preload, userfaultfd_works, uzswap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn uzswap() -> &'static str {
-    env!("CARGO_BIN_EXE_uzswap")
-}
 
 fn programs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs")
@@ -27,35 +26,8 @@ fn python() -> Option<&'static str> {
     }
 }
 
-/// The preload library next to the binary (the workspace build makes it).
-fn preload() -> Option<PathBuf> {
-    let p = Path::new(uzswap()).with_file_name("libuzswap_preload.so");
-    if p.exists() {
-        return Some(p);
-    }
-    // `cargo test` builds the workspace's libraries too; a lone `-p
-    // uzswap-cli` run does not: build it.
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "uzswap-preload"])
-        .status()
-        .expect("cargo");
-    assert!(st.success(), "building the preload library failed");
-    assert!(p.exists(), "{} missing after the build", p.display());
-    Some(p)
-}
-
-fn userfaultfd_works() -> bool {
-    match uzswap::Uzswap::new(uzswap::UzswapConfig::default()) {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("skipping: {e}");
-            false
-        }
-    }
-}
-
 fn run(pre: &[&str], args: &[&str]) -> Output {
-    let lib = preload().unwrap();
+    let lib = preload();
     let mut c = Command::new(pre.first().copied().unwrap_or(uzswap()));
     if !pre.is_empty() {
         c.args(&pre[1..]).arg(uzswap());
@@ -206,7 +178,7 @@ fn an_unprivileged_user_gets_the_same_bytes() {
 
 #[test]
 fn what_cannot_run_gets_a_clear_message() {
-    let Some(_) = preload() else { return };
+    preload();
     let cases: [(&[&str], &str); 5] = [
         (&["--budget", "64K", "--", "true"], "below the"),
         (&["--bogus-flag", "--", "true"], "--bogus-flag"),
@@ -241,7 +213,7 @@ fn what_cannot_run_gets_a_clear_message() {
 
 #[test]
 fn the_exit_status_and_a_killing_signal_are_the_programs() {
-    let Some(_) = preload() else { return };
+    preload();
     if !userfaultfd_works() {
         return;
     }
@@ -359,7 +331,7 @@ fn devfaults(
     let dir = tmpfs(&format!("devfaults-{case}-{handler}"), "96m")?;
     let stats = dir.with_extension("stats");
     let _ = std::fs::remove_file(&stats);
-    let lib = preload().unwrap();
+    let lib = preload();
     let mut child = Command::new(uzswap())
         .arg("run")
         .arg("--preload")
