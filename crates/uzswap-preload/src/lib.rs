@@ -167,6 +167,7 @@ extern "C" fn init() {
     if cfg.no_inherit {
         config::drop_preload_from_environ();
     }
+    alloc::configure_glibc();
     uzswap::compress::thread_hook::set(uzswap_thread_started);
     uzswap::compress::thread_hook::set_scope(uzswap_thread_started, uzswap_scope_left);
     let uz = match Uzswap::new(cfg.uzswap()) {

@@ -18,6 +18,16 @@
 //!                   the backing file before it goes back to free
 //! ```
 //!
+//! Unlike the kernel's, the free list is LIFO: a cluster that empties goes
+//! back at its head and is the next one taken. The kernel rotates through
+//! the device to spread SSD wear; here the device is a file (wear is the
+//! filesystem's business) or Redis, and what rotating would cost is memory:
+//! the per-slot records of sealing and of the far tier (`slot_table`) and
+//! the file's blocks are touched for every cluster ever used, so with LIFO
+//! they stay as large as the most clusters in use at once (sqlite at a
+//! 25 MiB budget on a 1 GiB device: the seal's records held 3.2 MiB of
+//! touched pages with FIFO).
+//!
 //! # Lock order
 //!
 //! ```text
@@ -192,6 +202,32 @@ impl Lists {
         self.on[ci] = NO_LIST;
         self.next[ci] = NIL;
         self.prev[ci] = NIL;
+    }
+
+    fn push_head(&mut self, list: usize, c: u32) {
+        let ci = c as usize;
+        debug_assert_eq!(self.on[ci], NO_LIST);
+        let h = self.head[list];
+        self.next[ci] = h;
+        self.prev[ci] = NIL;
+        if h == NIL {
+            self.tail[list] = c;
+        } else {
+            self.prev[h as usize] = c;
+        }
+        self.head[list] = c;
+        self.len[list] += 1;
+        self.on[ci] = list as u8;
+    }
+
+    /// Where a cluster goes on `list`: a freed cluster at the head of the
+    /// free list (reused first, see the module comment), others at the tail.
+    fn push(&mut self, list: usize, c: u32) {
+        if list == LIST_FREE {
+            self.push_head(list, c);
+        } else {
+            self.push_tail(list, c);
+        }
     }
 
     fn push_tail(&mut self, list: usize, c: u32) {
@@ -584,7 +620,7 @@ impl ClusterAllocator {
         if l.on[c] != NO_LIST {
             l.unlink(c as u32);
         }
-        l.push_tail(list_of(flag, ci.order), c as u32);
+        l.push(list_of(flag, ci.order), c as u32);
         ci.flags = flag;
     }
 
@@ -615,7 +651,7 @@ impl ClusterAllocator {
             debug_assert_eq!((ci.flags, ci.count), (ClusterFlag::Discard, 0));
             ci.order = 0;
             let mut l = self.lists.lock();
-            l.push_tail(LIST_FREE, c as u32);
+            l.push(LIST_FREE, c as u32);
             l.discarding -= 1;
             ci.flags = ClusterFlag::Free;
             did = true;

@@ -341,3 +341,37 @@ fn stress_baseline_mixed_orders() {
     let a: Arc<dyn SlotAllocator> = Arc::new(GlobalLockAllocator::new(8));
     stress(a, 4, Duration::from_millis(500), &|| {});
 }
+
+/// The free list is LIFO: an emptied cluster (discarded or not) is the next
+/// one a new cluster is taken from, so a device touches no more clusters
+/// than it had in use at once (cluster.rs, "the free list is LIFO").
+#[test]
+fn an_emptied_cluster_is_taken_again_before_a_never_used_one() {
+    for discard in [false, true] {
+        let discarded = Arc::new(AtomicU64::new(0));
+        let d = Arc::clone(&discarded);
+        let a = if discard {
+            ClusterAllocator::with_discard(
+                8,
+                Box::new(move |_| {
+                    d.fetch_add(1, Ordering::Relaxed);
+                }),
+            )
+        } else {
+            ClusterAllocator::new(8)
+        };
+        let whole: Vec<SwapSlot> = (0..3).map(|_| a.alloc(9).unwrap()).collect();
+        assert_eq!(whole, [SwapSlot(0), SwapSlot(512), SwapSlot(1024)]);
+        a.free_range(whole[1], 512).unwrap();
+        assert_eq!(a.alloc(9), Some(SwapSlot(512)), "discard {discard}");
+        a.free_range(whole[2], 512).unwrap();
+        a.free_range(whole[0], 512).unwrap();
+        assert_eq!(a.alloc(9), Some(SwapSlot(0)), "discard {discard}");
+        assert_eq!(a.alloc(9), Some(SwapSlot(1024)), "discard {discard}");
+        assert_eq!(a.alloc(9), Some(SwapSlot(1536)), "discard {discard}");
+        assert_eq!(
+            discarded.load(Ordering::Relaxed),
+            if discard { 3 } else { 0 }
+        );
+    }
+}
