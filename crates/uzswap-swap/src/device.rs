@@ -848,6 +848,17 @@ impl SwapDevice {
             return self.count_read(total, r);
         };
         let (here, far) = split_runs(runs, self.nslots);
+        // Most loads stay on one tier: read straight into place.
+        if far.is_empty() {
+            let r = match &self.backing {
+                Backing::File(f) => f.read_runs(&here, buf),
+                Backing::Remote(r) => r.read_runs(&here, buf),
+            };
+            return self.count_read(total, r);
+        }
+        if here.is_empty() {
+            return next.read_runs(&far, buf);
+        }
         let here_bytes = here.iter().map(|r| r.npages).sum::<u64>() as usize * PAGE_SIZE;
         let mut near = vec![0u8; here_bytes];
         let mut away = vec![0u8; buf.len() - here_bytes];
