@@ -239,10 +239,12 @@ fn a_file_then_redis_tier_order_verifies_every_page() {
     assert_eq!(s["writeback_target"], "file+redis");
     let far = s["remote"]["pages_out"].as_u64().unwrap();
     let all = s["device_slots_written"].as_u64().unwrap();
-    assert!(
-        far > 1000 && all > far + 500,
-        "file and Redis both used: {s}"
-    );
+    // The file (4 MiB: two clusters) is asked first but, once its clusters
+    // serve other orders or are full, a run goes to Redis; how much the file
+    // takes varies from run to run (350 to 6000 pages seen), so only that
+    // both were written is asserted, and that the device is both tiers.
+    assert!(far > 1000 && all > far, "file and Redis both used: {s}");
+    assert_eq!(s["swap_capacity_pages"], 1024 + 16384, "{s}");
     assert_eq!(s["checksum_fail"], 0);
     assert_eq!(srv.dbsize(), 0, "values left on the server");
 
