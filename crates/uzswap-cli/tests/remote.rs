@@ -84,6 +84,32 @@ fn usemem_verifies_every_page_on_one_server_and_on_a_cluster() {
     assert_eq!(left, 0);
 }
 
+/// `uzswap run --json -- uzswap usemem --json`: the runner's summary and
+/// usemem's own line, the last two of stdout.
+fn run_summary(o: &Output, what: &str) -> (serde_json::Value, serde_json::Value) {
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{what}: {out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut lines = out.trim_end().lines().rev();
+    let summary = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let usemem = serde_json::from_str(lines.next().unwrap()).unwrap();
+    (summary, usemem)
+}
+
+/// The process of the summary that wrote back the most (usemem, not the
+/// shell or the runner's helpers).
+fn busiest(summary: &serde_json::Value) -> &serde_json::Value {
+    summary["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|p| p["written_back_pages"].as_u64().unwrap_or(0))
+        .unwrap()
+}
+
 /// `uzswap run` of usemem's plain backend (the program's own memory, not
 /// uzswap's API): the runner's library holds it at a quarter of its size.
 #[test]
@@ -102,19 +128,10 @@ fn uzswap_run_verifies_every_page_on_one_server_and_on_a_cluster() {
             .args(["--verify", "--json"])
             .output()
             .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(o.status.success(), "{kind}: {out}");
-        let mut lines = out.trim_end().lines().rev();
-        let summary: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-        let usemem: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+        let (summary, usemem) = run_summary(&o, kind);
         assert_eq!(usemem["verify"]["mismatches"], 0, "{kind}: {usemem}");
         assert_eq!(usemem["verify"]["checked_pages"], 16384);
-        let p = summary["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .max_by_key(|p| p["written_back_pages"].as_u64().unwrap_or(0))
-            .unwrap();
+        let p = busiest(&summary);
         assert_eq!(p["writeback_target"], kind);
         assert!(
             p["remote"]["pages_out"].as_u64().unwrap() > 1000,
@@ -271,22 +288,9 @@ fn a_file_then_redis_tier_order_verifies_every_page() {
         .args(["--verify", "--json"])
         .output()
         .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let mut lines = out.trim_end().lines().rev();
-    let summary: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
-    let usemem: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let (summary, usemem) = run_summary(&o, "file+redis");
     assert_eq!(usemem["verify"]["mismatches"], 0, "{usemem}");
-    let p = summary["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .max_by_key(|p| p["written_back_pages"].as_u64().unwrap_or(0))
-        .unwrap();
+    let p = busiest(&summary);
     assert_eq!(p["writeback_target"], "file+redis", "{p}");
     assert!(p["remote"]["pages_out"].as_u64().unwrap() > 500, "{p}");
     assert_eq!(srv.dbsize(), 0);

@@ -90,6 +90,15 @@ impl Config {
                 )),
             })
             .transpose()?;
+        // `redis://...`, or `file+redis://...` for Redis behind the file.
+        let writeback = var("UZSWAP_WRITEBACK")
+            .map(|v| {
+                let url = v.strip_prefix("file+");
+                uzswap::swap::RemoteConfig::parse(url.unwrap_or(&v))
+                    .map(|r| (url.is_some(), r))
+                    .map_err(|e| format!("UZSWAP_WRITEBACK: {e}"))
+            })
+            .transpose()?;
         Ok(Some(Config {
             budget,
             compressor: var("UZSWAP_COMPRESSOR"),
@@ -97,14 +106,8 @@ impl Config {
             swap_dir: var("UZSWAP_SWAP_DIR").map(PathBuf::from),
             swap_size: num("UZSWAP_SWAP_SIZE")?.unwrap_or(0),
             writeback_plain: var("UZSWAP_WRITEBACK_PLAIN").is_some_and(|v| v != "0"),
-            file_first: var("UZSWAP_WRITEBACK").is_some_and(|v| v.starts_with("file+")),
-            remote: var("UZSWAP_WRITEBACK")
-                .map(|v| {
-                    let url = v.strip_prefix("file+").unwrap_or(&v);
-                    uzswap::swap::RemoteConfig::parse(url)
-                        .map_err(|e| format!("UZSWAP_WRITEBACK: {e}"))
-                })
-                .transpose()?,
+            file_first: writeback.as_ref().is_some_and(|(first, _)| *first),
+            remote: writeback.map(|(_, r)| r),
             far_size: num("UZSWAP_FAR_SIZE")?.unwrap_or(0),
             stats: var("UZSWAP_STATS"),
             stats_every,

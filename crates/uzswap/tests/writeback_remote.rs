@@ -19,17 +19,12 @@ use uzswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
 
 fn config(url: &str, encrypted: bool, compressed: bool) -> ZswapConfig {
     ZswapConfig {
-        workers: 1,
-        psi_trigger: None,
-        writeback_encrypted: encrypted,
-        writeback_compressed: compressed,
-        store_incompressible: true,
         swap_device: Some(SwapDeviceConfig {
             size_bytes: 8 << 20,
             remote: Some(RemoteConfig::parse(url).unwrap()),
             ..SwapDeviceConfig::default()
         }),
-        ..Default::default()
+        ..marked::config(encrypted, compressed)
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use uzswap::swap::SwapDevice;
 use uzswap::zswap::LoadError;
-use uzswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
+use uzswap::{LoadMode, SwapEntry, Zswap, PAGE_SIZE};
 
 const DEVICE: u64 = 8 << 20;
 
@@ -40,18 +40,7 @@ fn setup(name: &str, encrypted: bool, compressed: bool) -> Setup {
         .unwrap();
     file.set_len(DEVICE).unwrap();
     let dev = SwapDevice::from_file(file.try_clone().unwrap(), DEVICE, 3, false).unwrap();
-    let z = Zswap::with_device(
-        ZswapConfig {
-            workers: 1,
-            psi_trigger: None,
-            writeback_encrypted: encrypted,
-            writeback_compressed: compressed,
-            store_incompressible: true,
-            ..Default::default()
-        },
-        Arc::new(dev),
-    )
-    .unwrap();
+    let z = Zswap::with_device(marked::config(encrypted, compressed), Arc::new(dev)).unwrap();
     assert_eq!(z.writeback_encrypted(), encrypted);
     for i in 0..PAGES {
         z.store(SwapEntry::new(0, i), &page(i)).unwrap();

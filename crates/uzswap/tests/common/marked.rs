@@ -3,7 +3,7 @@
 //! (so the object written back is small) but holds the marker many times,
 //! in every compressed form's literals.
 
-use uzswap::{LoadMode, SwapEntry, Zswap, PAGE_SIZE};
+use uzswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, PAGE_SIZE};
 
 pub const PAGES: u64 = 256;
 pub const MARK: &[u8] = b"PLAINTEXT-MARKER-";
@@ -18,6 +18,19 @@ pub fn page(i: u64) -> Vec<u8> {
     }
     p.truncate(PAGE_SIZE);
     p
+}
+
+/// A single-threaded cache that stores every page (incompressible ones
+/// too) and writes back sealed or plain, compressed or whole.
+pub fn config(encrypted: bool, compressed: bool) -> ZswapConfig {
+    ZswapConfig {
+        workers: 1,
+        psi_trigger: None,
+        writeback_encrypted: encrypted,
+        writeback_compressed: compressed,
+        store_incompressible: true,
+        ..Default::default()
+    }
 }
 
 /// Writes back every stored page (the first pass only clears referenced
