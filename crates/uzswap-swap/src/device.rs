@@ -841,20 +841,12 @@ impl SwapDevice {
             )));
         }
         let Some(next) = self.next.as_deref() else {
-            let r = match &self.backing {
-                Backing::File(f) => f.read_runs(runs, buf),
-                Backing::Remote(r) => r.read_runs(runs, buf),
-            };
-            return self.count_read(total, r);
+            return self.read_here(runs, buf);
         };
         let (here, far) = split_runs(runs, self.nslots);
         // Most loads stay on one tier: read straight into place.
         if far.is_empty() {
-            let r = match &self.backing {
-                Backing::File(f) => f.read_runs(&here, buf),
-                Backing::Remote(r) => r.read_runs(&here, buf),
-            };
-            return self.count_read(total, r);
+            return self.read_here(&here, buf);
         }
         if here.is_empty() {
             return next.read_runs(&far, buf);
@@ -862,16 +854,8 @@ impl SwapDevice {
         let here_bytes = here.iter().map(|r| r.npages).sum::<u64>() as usize * PAGE_SIZE;
         let mut near = vec![0u8; here_bytes];
         let mut away = vec![0u8; buf.len() - here_bytes];
-        if !here.is_empty() {
-            let r = match &self.backing {
-                Backing::File(f) => f.read_runs(&here, &mut near),
-                Backing::Remote(r) => r.read_runs(&here, &mut near),
-            };
-            self.count_read(here.iter().map(|r| r.npages).sum(), r)?;
-        }
-        if !far.is_empty() {
-            next.read_runs(&far, &mut away)?;
-        }
+        self.read_here(&here, &mut near)?;
+        next.read_runs(&far, &mut away)?;
         // Back into the caller's order: each piece from its tier's buffer.
         let (mut hi, mut fi, mut off) = (0, 0, 0);
         for r in runs {
@@ -888,6 +872,15 @@ impl SwapDevice {
             }
         }
         Ok(())
+    }
+
+    /// This tier's own read of `runs` (all on it, checked), counted.
+    fn read_here(&self, runs: &[SlotRange], buf: &mut [u8]) -> io::Result<()> {
+        let r = match &self.backing {
+            Backing::File(f) => f.read_runs(runs, buf),
+            Backing::Remote(r) => r.read_runs(runs, buf),
+        };
+        self.count_read(runs.iter().map(|r| r.npages).sum(), r)
     }
 
     fn count_read(&self, npages: u64, r: io::Result<()>) -> io::Result<()> {
