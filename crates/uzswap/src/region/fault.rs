@@ -224,6 +224,11 @@ fn resolve_in(
                     Own::Lost => continue,
                     Own::Owned(live, _) => live,
                 };
+                let write = if st == STORED {
+                    as_write(sh, write)
+                } else {
+                    write
+                };
                 let res = if st == UNTOUCHED {
                     match install_zero_around(sh, r, ci) {
                         true => Installed::Yes,
@@ -283,6 +288,7 @@ fn resolve_in(
                     sh.ctr.faults_stale.fetch_add(1, Relaxed);
                     return;
                 }
+                let write = if wp { write } else { as_write(sh, write) };
                 if wp {
                     sh.ctr.faults_wp.fetch_add(1, Relaxed);
                     if sh.cfg.partial_faults {
@@ -312,6 +318,7 @@ fn resolve_in(
                     Own::Owned(live, _) => live,
                 };
                 sh.ctr.faults_wp.fetch_add(1, Relaxed);
+                copy_written(sh);
                 // The first write to a clean chunk: the pool copy goes stale.
                 sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
                 let base = r.chunk_addr(ci, sh.chunk);
@@ -832,6 +839,7 @@ fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
     let base = r.chunk_addr(ci, sh.chunk);
     let g = chunk::group_pages(1 << sh.order);
     let p0 = (page - base) / PAGE_SIZE / g * g;
+    copy_written(sh);
     sh.zswap
         .invalidate_range(sh.entry(r, ci).offset(p0 as u64), g as u64);
     let at = base + p0 * PAGE_SIZE;
@@ -845,6 +853,24 @@ fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
     }
     chunk::release(&r.state[ci], PARTIAL, 0, REF | DIRTY);
     sh.wake(base, sh.chunk);
+}
+
+/// A read fault on stored data installs as a write would (writable, its
+/// copies taken, not kept clean) while most of what reads install
+/// protected is written soon after (`keep.rs`): each such write cost the
+/// program a second fault.
+fn as_write(sh: &Shared, write: bool) -> bool {
+    if write || !sh.cfg.keep_copy || sh.keep.keeps() {
+        return write;
+    }
+    sh.ctr.reads_writable.fetch_add(1, Relaxed);
+    true
+}
+
+/// A write reached memory installed with its copy kept: the copy goes.
+fn copy_written(sh: &Shared) {
+    sh.keep.written();
+    sh.ctr.copies_written.fetch_add(1, Relaxed);
 }
 
 /// A chunk at `base` was installed and its new state published: wake the
@@ -1037,12 +1063,13 @@ pub(super) fn will_need(
         if !*live {
             break;
         }
-        // Prefetched chunks count as read: they stay clean when keep_copy.
+        // Prefetched chunks count as read: they stay clean when copies
+        // are kept (`as_write`).
         let res = if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_ok() {
-            install(sh, r, ci, false, true, &mut scratch)
+            install(sh, r, ci, as_write(sh, false), true, &mut scratch)
         } else if let Ok(w) = chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0) {
             let m = chunk::part_mask(w).expect("PARTIAL without its mask");
-            fill(sh, r, ci, m, false, &mut scratch)
+            fill(sh, r, ci, m, as_write(sh, false), &mut scratch)
         } else {
             Installed::Yes
         };

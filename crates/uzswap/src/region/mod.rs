@@ -132,6 +132,7 @@ pub mod failpoints;
 #[cfg(not(feature = "failpoints"))]
 mod failpoints;
 mod fault;
+mod keep;
 pub(crate) mod latency;
 #[cfg(test)]
 mod model;
@@ -412,6 +413,12 @@ pub struct UzswapStats {
     /// drops (no compression).
     pub evicted_chunks: u64,
     pub evicted_clean: u64,
+    /// Kept (clean) copies a write dropped: each cost a write-protect
+    /// fault (`keep.rs`).
+    pub copies_written: u64,
+    /// Read faults installed writable, their copies not kept, because kept
+    /// copies were being dropped by writes more than claimed (`keep.rs`).
+    pub reads_writable: u64,
     /// Chunks the evictor took from probation (a partial chunk read once,
     /// `evict.rs`) rather than by CLOCK.
     pub evicted_probation: u64,
@@ -450,6 +457,8 @@ struct Counters {
     fault_errors: AtomicU64,
     evicted_chunks: AtomicU64,
     evicted_clean: AtomicU64,
+    copies_written: AtomicU64,
+    reads_writable: AtomicU64,
     evicted_probation: AtomicU64,
     evict_yielded: AtomicU64,
     evict_aborts: AtomicU64,
@@ -535,6 +544,8 @@ struct Shared {
     /// The groups of the last faults resolved on stored memory
     /// (`fault::Recent`): what tells a scan from random access.
     recent: fault::Recent,
+    /// Whether read faults keep clean copies (`keep.rs`).
+    keep: keep::KeepCopy,
     lat_pool: Histogram,
     lat_zero: Histogram,
     /// Zeros, the source of zero-fill installs (one fault-around window).
@@ -726,6 +737,7 @@ impl Uzswap {
             signal,
             faulting: std::sync::atomic::AtomicUsize::new(0),
             recent: Default::default(),
+            keep: Default::default(),
             lat_pool: Histogram::default(),
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
@@ -1079,6 +1091,8 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         evicted_probation: g(&c.evicted_probation),
         evict_yielded: g(&c.evict_yielded),
         evicted_clean: g(&c.evicted_clean),
+        copies_written: g(&c.copies_written),
+        reads_writable: g(&c.reads_writable),
         evict_aborts: g(&c.evict_aborts),
         evict_batches: g(&c.evict_batches),
         evict_inline_batches: g(&c.evict_inline_batches),

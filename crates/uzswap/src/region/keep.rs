@@ -1,0 +1,137 @@
+//! Whether a read fault installs write-protected, keeping the pool's copy
+//! of what it installs (a clean copy, `Config::keep_copy`); the kernel
+//! analogue is the swap cache page that reclaim drops without writing
+//! because the slot still holds it.
+//!
+//! Installed protected, memory that is evicted unchanged costs the evictor
+//! no write-protection (a TLB shootdown of every CPU the program runs on)
+//! and, where the copy is still in the pool, no compression. Memory that
+//! is written first costs a second fault: a full userfaultfd round trip
+//! (25-75 µs with handler threads, ~10 µs in the faulting thread), where
+//! the kernel's own write to a swapped-in page is a minor fault of a
+//! microsecond. Which one a program does is its access pattern. usemem's
+//! read passes write nothing they read; its random row writes a quarter of
+//! the pages reads bring in (11.5 k write-protect faults, 41 k reads), and
+//! installing those reads writable ran 4-12% slower (the evictor then
+//! protects each page); GNU sort reads its buffer and then moves the lines
+//! in it, and 92% of its protected installs were written (131 k
+//! write-protect faults of 185 k faults).
+//!
+//! So the instance measures the share of protected installs that a write
+//! reaches, and reads install writable (as writes do; the evictor then
+//! protects and compresses them) while that share is above
+//! `WRITTEN_MAX`. One read in `PROBE` installs protected regardless, so
+//! the share stays measured and the policy turns back when the program's
+//! pattern does; counts halve every `WINDOW` protected installs, so the
+//! share follows the recent past.
+//!
+//! Locking: none; relaxed atomics. Racing updates may lose a count or a
+//! halving, which only blurs an estimate.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Above this share of protected installs written, reads install writable:
+/// a written install costs a round trip, an unwritten one saves the
+/// evictor a protection change, and the round trip costs a few of those.
+const WRITTEN_MAX: (u64, u64) = (2, 3);
+/// Protected installs counted before the share decides anything.
+const EVIDENCE: u64 = 64;
+/// Protected installs after which both counts halve.
+const WINDOW: u32 = 4096;
+/// One read install in this many keeps its copy even when copies do not
+/// pay, so that the share goes on being measured.
+const PROBE: u32 = 16;
+
+#[derive(Default)]
+pub(super) struct KeepCopy {
+    /// Installs made write-protected with their copies kept.
+    kept: AtomicU32,
+    /// Writes that then reached one of them (write-protect faults).
+    written: AtomicU32,
+    /// Read installs while copies do not pay, for the probe.
+    reads: AtomicU32,
+}
+
+impl KeepCopy {
+    /// Whether a read install keeps its copy (with `Config::keep_copy`);
+    /// counts it if so.
+    pub(super) fn keeps(&self) -> bool {
+        if !self.pays() && !self.reads.fetch_add(1, Relaxed).is_multiple_of(PROBE) {
+            return false;
+        }
+        if self.kept.fetch_add(1, Relaxed) + 1 >= WINDOW {
+            for c in [&self.kept, &self.written] {
+                c.store(c.load(Relaxed) / 2, Relaxed);
+            }
+        }
+        true
+    }
+
+    /// Whether installing protected has been paying lately: few enough of
+    /// those installs were written (true until there is evidence; halving
+    /// keeps at least `WINDOW / 2` counted).
+    pub(super) fn pays(&self) -> bool {
+        let kept = self.kept.load(Relaxed) as u64;
+        let written = self.written.load(Relaxed) as u64;
+        kept < EVIDENCE || written * WRITTEN_MAX.1 <= kept * WRITTEN_MAX.0
+    }
+
+    /// A write reached memory installed protected (a write-protect fault).
+    pub(super) fn written(&self) {
+        self.written.fetch_add(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_install_writable_only_while_most_installs_are_written() {
+        let k = KeepCopy::default();
+        assert!(k.pays(), "no evidence yet: keep, as before");
+        // usemem's random row: a quarter of the reads' pages written.
+        for i in 0..1000 {
+            assert!(k.keeps());
+            if i % 4 == 0 {
+                k.written();
+            }
+        }
+        assert!(k.pays());
+        // sort: nearly every protected install written.
+        let k = KeepCopy::default();
+        for _ in 0..200 {
+            if k.keeps() {
+                k.written();
+            }
+        }
+        assert!(!k.pays());
+        // Not paying: one read in PROBE still installs protected.
+        let kept = (0..PROBE * 4).filter(|_| k.keeps()).count();
+        assert_eq!(kept, 4);
+    }
+
+    #[test]
+    fn the_policy_follows_a_change_of_pattern() {
+        let k = KeepCopy::default();
+        let mut written = 0;
+        for _ in 0..WINDOW {
+            if k.keeps() {
+                k.written();
+                written += 1;
+            }
+        }
+        assert!(!k.pays());
+        assert!(written < WINDOW / 4, "probes only: {written}");
+        // The program turns to reading only: the probes' installs go
+        // unwritten and protected installs resume.
+        let mut reads = 0;
+        while !k.pays() {
+            k.keeps();
+            reads += 1;
+            assert!(reads < 64 * WINDOW, "never turned back");
+        }
+        assert!(k.keeps());
+    }
+}
