@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicI32, Ordering::*};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Resident memory plus compressed pool the program may use.
+    /// Resident memory plus compressed pool the program may use (and with
+    /// `--count-own`, the process's other memory too).
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub budget: u64,
     /// Compressor (lz4, lzo, zstd[:level], deflate[:level]).
@@ -69,6 +70,13 @@ pub struct Args {
     /// Programs this one execs run without uzswap.
     #[arg(long)]
     pub no_inherit: bool,
+    /// Count the process's own memory outside regions and the pool
+    /// (uzswap's heap and buffers, memory the program keeps outside
+    /// regions) against the budget too, as a memory cgroup counts
+    /// everything: the budget then bounds the whole process (at most half
+    /// of it goes to that memory).
+    #[arg(long)]
+    pub count_own: bool,
     /// Open userfaultfd in user mode only, as an unprivileged user without
     /// access to /dev/userfaultfd does (buffers of system calls are then
     /// pinned by the library).
@@ -311,6 +319,7 @@ pub fn run(a: Args) -> Result<()> {
             a.writeback_plain.then(|| "1".into()),
         ),
         ("UZSWAP_NO_INHERIT", a.no_inherit.then(|| "1".into())),
+        ("UZSWAP_OWN_MEMORY", a.count_own.then(|| "1".into())),
         ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),
         (
             "UZSWAP_HANDLER",

@@ -4,6 +4,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `UZSWAP_BUDGET` | bytes of resident memory + pool |
+//! | `UZSWAP_OWN_MEMORY` | `1`: the budget also counts the process's own memory outside them (`Config::count_own_memory`) |
 //! | `UZSWAP_COMPRESSOR` | compressor name (`lz4`, `lzo`, `zstd:3`...) |
 //! | `UZSWAP_FOLIO` | chunk bytes (4096 << 0..=9) |
 //! | `UZSWAP_SWAP_DIR`, `UZSWAP_SWAP_SIZE` | the writeback device |
@@ -35,6 +36,8 @@ pub struct Config {
     pub no_inherit: bool,
     pub user_mode: bool,
     pub handler: uzswap::HandlerMode,
+    /// The budget counts the process's own memory too (`UZSWAP_OWN_MEMORY`).
+    pub count_own_memory: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -114,6 +117,7 @@ impl Config {
             no_inherit: var("UZSWAP_NO_INHERIT").is_some_and(|v| v != "0"),
             user_mode: var("UZSWAP_USER_MODE").is_some_and(|v| v != "0"),
             handler: handler()?,
+            count_own_memory: var("UZSWAP_OWN_MEMORY").is_some_and(|v| v != "0"),
         }))
     }
 
@@ -128,6 +132,7 @@ impl Config {
             folio_order: self.folio_order,
             defer_register: false,
             plan_for_mapping: false,
+            count_own_memory: self.count_own_memory,
             user_mode_only: self.user_mode,
             handler: self.handler,
             ..Default::default()

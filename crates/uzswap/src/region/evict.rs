@@ -279,8 +279,11 @@ pub(super) fn evictor_loop(sh: &Shared) {
                     .kick_cv
                     .wait_for(&mut k, Duration::from_millis(50))
                     .timed_out();
-                if timed_out && sh.usage() > sh.high && !futile(sh) {
-                    break;
+                if timed_out {
+                    super::own::refresh(sh);
+                    if sh.usage() > sh.high && !futile(sh) {
+                        break;
+                    }
                 }
             }
             *k = false;
@@ -288,6 +291,7 @@ pub(super) fn evictor_loop(sh: &Shared) {
         if sh.stop.load(Acquire) {
             return;
         }
+        super::own::refresh(sh);
         sh.evictor_busy.store(true, Relaxed);
         while sh.usage() > sh.low && !sh.stop.load(Acquire) {
             if drop_clean_copies(sh, sh.usage() - sh.low) {
@@ -306,6 +310,7 @@ pub(super) fn evictor_loop(sh: &Shared) {
             if let Some(base) = sh.base_share {
                 super::share::adapt(sh, base);
             }
+            super::own::refresh(sh);
             match freed {
                 None => break,
                 Some(f) if f < sh.batch_bytes as i64 / FUTILE_DIVISOR => {

@@ -136,6 +136,7 @@ mod keep;
 pub(crate) mod latency;
 #[cfg(test)]
 mod model;
+mod own;
 mod pagemap;
 mod pin;
 mod share;
@@ -233,6 +234,14 @@ pub struct Config {
     /// touched (the preload library's): planned for, they made every split
     /// look hopeless and held the share at its floor.
     pub plan_for_mapping: bool,
+    /// Count the process's anonymous memory outside regions and the pool
+    /// (uzswap's own heap and buffers, and whatever the program keeps
+    /// outside regions) against the budget, as a memory cgroup would, so
+    /// the budget bounds the process, not only its region data (`own.rs`;
+    /// at most half the budget is given to it). Off by default: a library
+    /// caller's other memory is its own business; `uzswap run --count-own`
+    /// turns it on for a whole program.
+    pub count_own_memory: bool,
     /// Register a region with userfaultfd only once the instance's regions
     /// together are larger than the budget (or a `PageOut` hint needs it).
     /// Until then nothing can ever have to be evicted, so the memory stays
@@ -334,6 +343,7 @@ impl Default for Config {
             pool_share_percent: 20,
             adapt_pool_share: true,
             plan_for_mapping: true,
+            count_own_memory: false,
             defer_register: true,
             user_mode_only: false,
         }
@@ -381,6 +391,10 @@ pub struct UzswapStats {
     /// Bytes of regions not registered yet (`Config::defer_register`): plain
     /// memory, not in `resident_bytes` or `peak_bytes`, at most the budget.
     pub unregistered_bytes: u64,
+    /// With `Config::count_own_memory`: the process's memory outside
+    /// regions and the pool, counted in usage and so in the budget (0
+    /// without it).
+    pub own_bytes: u64,
     pub uffd_open: OpenPath,
     /// Whether a system call that touches an evicted page of a region is
     /// served (the kernel hands its fault to the handler) or fails with
@@ -516,6 +530,8 @@ struct Shared {
     next_region: AtomicU32,
     resident: AtomicU64,
     peak: AtomicU64,
+    /// The process's own memory counted in usage (`own.rs`).
+    own: own::OwnMemory,
     /// Chunks evicted so far: the workingset clock.
     evict_clock: AtomicU64,
     evict_lock: Mutex<evict::Clock>,
@@ -557,7 +573,17 @@ struct Shared {
 
 impl Shared {
     fn usage(&self) -> u64 {
-        self.resident.load(Relaxed) + self.zswap.pool_total_size()
+        self.resident.load(Relaxed) + self.zswap.pool_total_size() + self.own.bytes()
+    }
+
+    /// Bytes of regions not registered with userfaultfd yet: plain memory
+    /// the budget does not govern.
+    fn unregistered_bytes(&self) -> u64 {
+        self.snapshot_regions()
+            .iter()
+            .filter(|r| !r.registered.load(Acquire))
+            .map(|r| r.len as u64)
+            .sum()
     }
 
     fn note_peak(&self) {
@@ -722,6 +748,7 @@ impl Uzswap {
             next_region: AtomicU32::new(1),
             resident: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            own: Default::default(),
             evict_clock: AtomicU64::new(0),
             evict_lock: Mutex::new(evict::Clock::default()),
             frozen: AtomicBool::new(false),
@@ -1065,12 +1092,8 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         high_wmark_bytes: sh.high,
         low_wmark_bytes: sh.low,
         resident_bytes: g(&sh.resident),
-        unregistered_bytes: sh
-            .snapshot_regions()
-            .iter()
-            .filter(|r| !r.registered.load(Acquire))
-            .map(|r| r.len as u64)
-            .sum(),
+        unregistered_bytes: sh.unregistered_bytes(),
+        own_bytes: sh.own.bytes(),
         swap_capacity_pages: sh.zswap.swap_device().map_or(0, |d| d.capacity()),
         peak_bytes: g(&sh.peak),
         uffd_open: sh.open_path,

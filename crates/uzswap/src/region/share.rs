@@ -133,7 +133,10 @@ pub(super) fn adapt(sh: &Shared, base: u64) {
     } else {
         touched
     };
-    let share = target(sh.cfg.budget, base, used, rho);
+    // The budget left to the data: the process's own memory, where it is
+    // counted (`own.rs`), is not there for the pool or the resident part.
+    let budget = sh.cfg.budget.saturating_sub(sh.own.bytes());
+    let share = target(budget, base, used, rho);
     let now = sh.zswap.max_pool_bytes();
     // Move in steps of at least 1/64 of the budget: each move makes the
     // shrinker and the evictor rebalance.
