@@ -87,6 +87,41 @@ fn a_python_heap_four_times_the_budget_gives_the_same_output() {
 }
 
 #[test]
+fn count_own_puts_the_process_memory_under_the_budget() {
+    let (Some(py), true) = (python(), userfaultfd_works()) else {
+        return;
+    };
+    let heap = script("heap.py");
+    let n = "100000";
+    let want = ok(
+        &Command::new(py).args([&heap, n]).output().unwrap(),
+        "plain run",
+    );
+    let o = run(
+        &[],
+        &[
+            "--budget",
+            "32M",
+            "--count-own",
+            "--json",
+            "--",
+            py,
+            &heap,
+            n,
+        ],
+    );
+    let out = ok(&o, "under uzswap --count-own");
+    let (prog_out, summary) = out.trim_end().rsplit_once('\n').expect("two lines");
+    assert_eq!(format!("{prog_out}\n"), want, "output differs");
+    let s: serde_json::Value = serde_json::from_str(summary).expect("summary JSON");
+    let p = &s["processes"][0];
+    // uzswap's own heap and buffers at least, and never over half.
+    let own = p["own_bytes"].as_u64().unwrap();
+    assert!(own > 0 && own <= 16 << 20, "{p}");
+    assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{p}");
+}
+
+#[test]
 fn system_calls_fork_and_mappings_on_evicted_memory() {
     let (Some(py), true) = (python(), userfaultfd_works()) else {
         return;
