@@ -1063,13 +1063,16 @@ pub(super) fn will_need(
         if !*live {
             break;
         }
-        // Prefetched chunks count as read: they stay clean when copies
-        // are kept (`as_write`).
+        // Prefetched chunks count as read: they stay clean when keep_copy
+        // (a hint, not a fault: the keep policy, `as_write`, judges faults).
         let res = if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_ok() {
-            install(sh, r, ci, as_write(sh, false), true, &mut scratch)
+            if sh.cfg.keep_copy {
+                sh.keep.kept();
+            }
+            install(sh, r, ci, false, true, &mut scratch)
         } else if let Ok(w) = chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0) {
             let m = chunk::part_mask(w).expect("PARTIAL without its mask");
-            fill(sh, r, ci, m, as_write(sh, false), &mut scratch)
+            fill(sh, r, ci, m, false, &mut scratch)
         } else {
             Installed::Yes
         };

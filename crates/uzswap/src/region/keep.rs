@@ -60,12 +60,18 @@ impl KeepCopy {
         if !self.pays() && !self.reads.fetch_add(1, Relaxed).is_multiple_of(PROBE) {
             return false;
         }
+        self.kept();
+        true
+    }
+
+    /// Count an install made protected with its copies kept (a read, or a
+    /// prefetch, which always keeps them), so its writes weigh against it.
+    pub(super) fn kept(&self) {
         if self.kept.fetch_add(1, Relaxed) + 1 >= WINDOW {
             for c in [&self.kept, &self.written] {
                 c.store(c.load(Relaxed) / 2, Relaxed);
             }
         }
-        true
     }
 
     /// Whether installing protected has been paying lately: few enough of
