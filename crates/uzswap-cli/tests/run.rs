@@ -47,6 +47,15 @@ fn ok(o: &Output, what: &str) -> String {
     out
 }
 
+/// A successful `uzswap run --json`: the program's standard output and the
+/// runner's summary line after it.
+fn output_and_summary(o: &Output, what: &str) -> (String, serde_json::Value) {
+    let out = ok(o, what);
+    let (prog_out, summary) = out.trim_end().rsplit_once('\n').expect("two lines");
+    let s = serde_json::from_str(summary).expect("summary JSON");
+    (format!("{prog_out}\n"), s)
+}
+
 fn script(name: &str) -> String {
     programs().join(name).display().to_string()
 }
@@ -67,10 +76,8 @@ fn a_python_heap_four_times_the_budget_gives_the_same_output() {
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--", py, &heap, n]);
         let o = run(&[], &args);
-        let out = ok(&o, "under uzswap");
-        let (prog_out, summary) = out.trim_end().rsplit_once('\n').expect("two lines");
-        assert_eq!(format!("{prog_out}\n"), want, "{extra:?}: output differs");
-        let s: serde_json::Value = serde_json::from_str(summary).expect("summary JSON");
+        let (prog_out, s) = output_and_summary(&o, "under uzswap");
+        assert_eq!(prog_out, want, "{extra:?}: output differs");
         let p = &s["processes"][0];
         assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{extra:?}: {p}");
         assert!(
@@ -110,10 +117,8 @@ fn count_own_puts_the_process_memory_under_the_budget() {
             n,
         ],
     );
-    let out = ok(&o, "under uzswap --count-own");
-    let (prog_out, summary) = out.trim_end().rsplit_once('\n').expect("two lines");
-    assert_eq!(format!("{prog_out}\n"), want, "output differs");
-    let s: serde_json::Value = serde_json::from_str(summary).expect("summary JSON");
+    let (prog_out, s) = output_and_summary(&o, "under uzswap --count-own");
+    assert_eq!(prog_out, want, "output differs");
     let p = &s["processes"][0];
     // uzswap's own heap and buffers at least, and never over half.
     let own = p["own_bytes"].as_u64().unwrap();

@@ -430,8 +430,8 @@ pub struct UzswapStats {
     /// Kept (clean) copies a write dropped: each cost a write-protect
     /// fault (`keep.rs`).
     pub copies_written: u64,
-    /// Read faults installed writable, their copies not kept, because kept
-    /// copies were being dropped by writes more than claimed (`keep.rs`).
+    /// Read faults installed writable, their copies not kept, because most
+    /// of what reads installed protected was being written (`keep.rs`).
     pub reads_writable: u64,
     /// Chunks the evictor took from probation (a partial chunk read once,
     /// `evict.rs`) rather than by CLOCK.
