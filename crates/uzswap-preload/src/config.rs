@@ -133,6 +133,8 @@ impl Config {
             defer_register: false,
             plan_for_mapping: false,
             count_own_memory: self.count_own_memory,
+            // glibc's malloc serves only uzswap's threads here (`alloc.rs`).
+            trim_own_heap: true,
             user_mode_only: self.user_mode,
             handler: self.handler,
             ..Default::default()

@@ -357,7 +357,15 @@ fn open_unlinked(dir: &Path) -> io::Result<File> {
     Ok(f)
 }
 
-/// A page-aligned heap buffer for `O_DIRECT`.
+/// Whether `b` can be handed to an `O_DIRECT` transfer as it is: its
+/// address and length in whole pages (which covers any logical block
+/// size up to a page).
+fn page_aligned(b: &[u8]) -> bool {
+    (b.as_ptr() as usize | b.len()) % PAGE_SIZE == 0
+}
+
+/// A page-aligned heap buffer for `O_DIRECT`, for callers' buffers that
+/// are not.
 struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
@@ -976,7 +984,9 @@ impl WritebackTarget for FileTarget {
     }
 
     fn write(&self, first: SwapSlot, pages: &[&[u8]]) -> io::Result<()> {
-        if self.direct_io {
+        // Page-aligned pages (the writeback's staging buffer) go to the
+        // device as they are: no bounce buffer, no copy.
+        if self.direct_io && !pages.iter().all(|p| page_aligned(p)) {
             let mut buf = AlignedBuf::new(pages.len() * PAGE_SIZE);
             for (dst, src) in buf.as_mut_slice().chunks_exact_mut(PAGE_SIZE).zip(pages) {
                 dst.copy_from_slice(src);
@@ -988,7 +998,7 @@ impl WritebackTarget for FileTarget {
     }
 
     fn read(&self, first: SwapSlot, buf: &mut [u8]) -> io::Result<()> {
-        if self.direct_io {
+        if self.direct_io && !page_aligned(buf) {
             let mut b = AlignedBuf::new(buf.len());
             let r = self.pread_all(b.as_mut_slice(), first.byte_offset());
             buf.copy_from_slice(b.as_slice());

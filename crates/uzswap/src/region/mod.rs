@@ -242,6 +242,14 @@ pub struct Config {
     /// caller's other memory is its own business; `uzswap run --count-own`
     /// turns it on for a whole program.
     pub count_own_memory: bool,
+    /// Give glibc's free arena pages back once a second (`malloc_trim`),
+    /// whether or not they are counted (`count_own_memory` implies it).
+    /// For a process whose glibc heap is uzswap's own: under the preload
+    /// library the program allocates from mimalloc, and what uzswap's
+    /// threads free in the middle of their arenas would otherwise stay
+    /// resident, outside the budget. Off by default: a library caller's
+    /// heap may be large, and a trim walks it under its arena locks.
+    pub trim_own_heap: bool,
     /// Register a region with userfaultfd only once the instance's regions
     /// together are larger than the budget (or a `PageOut` hint needs it).
     /// Until then nothing can ever have to be evicted, so the memory stays
@@ -344,6 +352,7 @@ impl Default for Config {
             adapt_pool_share: true,
             plan_for_mapping: true,
             count_own_memory: false,
+            trim_own_heap: false,
             defer_register: true,
             user_mode_only: false,
         }

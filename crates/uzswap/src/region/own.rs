@@ -23,7 +23,9 @@
 //! to half the budget: regions keep at least half, whatever the process
 //! allocates elsewhere (usage above the budget because of it would make
 //! every eviction futile). Once a second it also gives glibc's free arena
-//! pages back (`trim_heap`), since they count now.
+//! pages back (`trim_heap`), since they count now; `Config::trim_own_heap`
+//! (set by the preload library, where glibc's heap is uzswap's alone) asks
+//! for the trim without the counting.
 //!
 //! Locking: none; the figure is one relaxed atomic, written by the
 //! evictor (and a refresh racing it writes the same kind of value).
@@ -66,9 +68,11 @@ impl OwnMemory {
 }
 
 /// Measure the process's own memory again if the option is on and the
-/// last measurement is older than `EVERY`.
+/// last measurement is older than `EVERY`; trim glibc's arenas if either
+/// option is on and the last trim is older than `TRIM_EVERY`.
 pub(super) fn refresh(sh: &Shared) {
-    if !sh.cfg.count_own_memory || sh.cfg.budget == u64::MAX {
+    let count = sh.cfg.count_own_memory && sh.cfg.budget != u64::MAX;
+    if !count && !sh.cfg.trim_own_heap {
         return;
     }
     let o = &sh.own;
@@ -81,6 +85,9 @@ pub(super) fn refresh(sh: &Shared) {
     if now.saturating_sub(o.trimmed_ns.load(Relaxed)) >= TRIM_EVERY.as_nanos() as u64 {
         o.trimmed_ns.store(now, Relaxed);
         trim_heap();
+    }
+    if !count {
+        return;
     }
     let Some(anon) = anon_resident() else {
         return;

@@ -155,10 +155,10 @@ pub(super) fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// A thread's staging buffer is kept for its next use up to this size; a
-/// larger one is unmapped after use (a whole 2 MiB folio at most is
-/// written at once, so this is rare).
-const KEEP_STAGING: usize = 4 << 20;
+/// A thread's staging buffer is kept for its next use up to this size (a
+/// device write's most: a 2 MiB folio), so it is as large as the largest
+/// write the thread made (the writeback bounds that by the pool limit).
+const KEEP_STAGING: usize = crate::PAGE_SIZE << crate::MAX_ORDER;
 
 thread_local! {
     static STAGING: RefCell<Option<Mapping>> = const { RefCell::new(None) };

@@ -74,6 +74,18 @@ const WB_BATCH: usize = 32;
 /// Keys at most this far apart (within one max-order block) share a run of
 /// contiguous slots; the holes are same-filled or absent pages.
 const RUN_GAP: u64 = 8;
+/// One device write covers at most `PAGE_SIZE << order` where `order` is
+/// this pool limit's share, in whole orders, between `MIN_WRITE_ORDER`
+/// and `MAX_ORDER` (a pool limit of 32 MiB and up: whole 2 MiB runs).
+/// The bound is on memory, not speed: a write is staged whole (packed,
+/// sealed) in its thread's buffer, which is kept for the next one, so
+/// each thread that writes back holds a buffer as large as its largest
+/// write, outside the budget. At small budgets whole runs cost more of
+/// it than they save: three threads kept ~1.5 MiB each under a 33 MiB
+/// budget (a 7 MiB pool).
+const WRITE_SHARE: u64 = 16;
+/// 64 slots, 256 KiB.
+const MIN_WRITE_ORDER: u32 = 6;
 /// Compact the pool whenever a walk has freed (written back) or shrunk
 /// (recompressed) objects by this many bytes.
 const COMPACT_EVERY: u64 = 1 << 20;
@@ -365,6 +377,7 @@ impl Zswap {
         // their keys: they still get contiguous slots, so loading the folio
         // back is one device read.
         batch.sort_unstable_by_key(|c| c.key);
+        let write_order = write_order(self.max_pool_bytes());
         let mut written = 0;
         let mut i = 0;
         while i < batch.len() {
@@ -383,7 +396,7 @@ impl Zswap {
                 // in parts.
                 let bytes: usize = batch[i..j].iter().map(|c| c.len as usize).sum();
                 let want = bytes.div_ceil(PAGE_SIZE);
-                let order = want.next_power_of_two().trailing_zeros().min(MAX_ORDER);
+                let order = want.next_power_of_two().trailing_zeros().min(write_order);
                 let Some((slot, got)) = dev.alloc_fallback(order) else {
                     self.give_up(idx, &batch[i..]);
                     return (written, Some(ShrinkStop::DeviceFull));
@@ -644,5 +657,32 @@ impl Zswap {
             out.index[i] = Some(base + (p.slot.0 - start) as usize * PAGE_SIZE + p.off as usize);
         }
         Ok(())
+    }
+}
+
+/// The largest device write, as an order, for a pool limit of `max_pool`
+/// bytes (see `WRITE_SHARE`).
+fn write_order(max_pool: u64) -> u32 {
+    let pages = max_pool / WRITE_SHARE / PAGE_SIZE as u64;
+    pages
+        .checked_ilog2()
+        .unwrap_or(0)
+        .clamp(MIN_WRITE_ORDER, MAX_ORDER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_bounded_by_the_pool_limit() {
+        const MIB: u64 = 1 << 20;
+        // A 33 MiB budget's 20% pool: 256 KiB writes.
+        assert_eq!(write_order(7 * MIB), MIN_WRITE_ORDER);
+        assert_eq!(write_order(0), MIN_WRITE_ORDER);
+        assert_eq!(write_order(16 * MIB), 8);
+        // From 32 MiB of pool up: whole 2 MiB runs, as without a bound.
+        assert_eq!(write_order(32 * MIB), MAX_ORDER);
+        assert_eq!(write_order(u64::MAX), MAX_ORDER);
     }
 }
