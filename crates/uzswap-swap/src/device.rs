@@ -361,7 +361,7 @@ fn open_unlinked(dir: &Path) -> io::Result<File> {
 /// address and length in whole pages (which covers any logical block
 /// size up to a page).
 fn page_aligned(b: &[u8]) -> bool {
-    (b.as_ptr() as usize | b.len()) % PAGE_SIZE == 0
+    (b.as_ptr() as usize | b.len()).is_multiple_of(PAGE_SIZE)
 }
 
 /// A page-aligned heap buffer for `O_DIRECT`, for callers' buffers that
