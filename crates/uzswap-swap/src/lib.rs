@@ -34,7 +34,7 @@ pub use device::{
 };
 pub use entry::{SlotError, SlotRange, SwapSlot};
 pub use remote::{RedisTarget, RemoteConfig, RemoteStats};
-pub use slot_table::{SlotTable, ZeroedRecord};
+pub use slot_table::{zeroed_records, SlotTable, ZeroedRecord};
 pub use target::WritebackTarget;
 
 /// Slots are pages.

@@ -9,7 +9,7 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
 
 use crate::PAGE_SIZE;
 
@@ -22,6 +22,34 @@ pub unsafe trait ZeroedRecord: Sync {}
 
 // SAFETY: zero is a valid atomic, and an atomic is shared through `&`.
 unsafe impl ZeroedRecord for AtomicU64 {}
+// SAFETY: as for `AtomicU64`.
+unsafe impl ZeroedRecord for AtomicU32 {}
+// SAFETY: as for `AtomicU64`.
+unsafe impl ZeroedRecord for AtomicU16 {}
+
+/// `len` records, all zero, on the heap, for tables too small or too many
+/// for a mapping each (per-chunk words of a region, a device's slot
+/// counts). They come from `alloc_zeroed`, which glibc serves for large
+/// sizes with fresh pages it does not write: only the pages of records
+/// used become resident. Filling a table record by record instead (what
+/// `(0..len).map(|_| AtomicU32::new(0)).collect()` does) makes every page
+/// resident at once: 512 KiB for a 4 GiB region of 64 KiB chunks, 8 MiB
+/// with 4 KiB chunks, outside any budget.
+pub fn zeroed_records<T: ZeroedRecord>(len: usize) -> Box<[T]> {
+    if len == 0 || std::mem::size_of::<T>() == 0 {
+        return Vec::new().into_boxed_slice();
+    }
+    let layout = std::alloc::Layout::array::<T>(len).expect("table size overflows");
+    // SAFETY: the layout has a non-zero size (checked above).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `p` is a fresh allocation of `layout`, i.e. of `len` `T`s as
+    // `Box<[T]>` frees it, and all-zero bytes are a valid `T`
+    // (`ZeroedRecord`), so every element is initialised.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) }
+}
 
 /// `len` records of `T`, all zero at first.
 pub struct SlotTable<T: ZeroedRecord> {
@@ -107,6 +135,29 @@ mod tests {
         assert_eq!((t.get(7).load(Relaxed), t.get(8).load(Relaxed)), (42, 0));
         let empty = SlotTable::<AtomicU64>::new(0).unwrap();
         assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn zeroed_records_start_zero_and_large_ones_stay_untouched() {
+        let t = zeroed_records::<AtomicU32>(3);
+        assert!(t.iter().all(|r| r.load(Relaxed) == 0));
+        assert!(zeroed_records::<AtomicU16>(0).is_empty());
+        // 64 MiB of records: the allocator maps it fresh, so writing one
+        // record makes one page resident, not the table.
+        let before = resident_kib();
+        let big = zeroed_records::<AtomicU64>(8 << 20);
+        big[5 << 20].store(9, Relaxed);
+        assert_eq!(big[5 << 20].load(Relaxed), 9);
+        assert_eq!(big[(8 << 20) - 1].load(Relaxed), 0);
+        let grew = resident_kib().saturating_sub(before);
+        assert!(grew < 16 << 10, "a 64 MiB table made {grew} KiB resident");
+    }
+
+    /// This process's resident KiB (`/proc/self/statm`).
+    fn resident_kib() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * PAGE_SIZE as u64 / 1024
     }
 
     #[test]

@@ -446,8 +446,9 @@ fn a_chunk_faulted_densely_comes_in_whole() {
     // Eight chunks resident: faults that close together are dense.
     r.advise(8 * chunk..16 * chunk, Advice::WillNeed).unwrap();
     assert_eq!(uz.stats().resident_bytes, 8 * chunk as u64);
-    // Three random groups of chunk 1, then a fourth: completed.
-    for i in [PER + 2, PER + 5, PER + 9] {
+    // Six random groups of chunk 1 (none next to another), then a
+    // seventh: completed.
+    for i in [1, 3, 5, 7, 9, 11].map(|g| PER + g) {
         check(&r, i);
     }
     let before = uz.stats();
@@ -455,9 +456,9 @@ fn a_chunk_faulted_densely_comes_in_whole() {
     let st = uz.stats();
     assert_eq!(st.partial_filled, before.partial_filled + 1, "{st:?}");
     assert_eq!(st.faults_partial, before.faults_partial, "{st:?}");
-    // The same three groups of chunk 2 with more faults than resident
-    // chunks in between: random, so the fourth comes in alone.
-    for i in [2 * PER + 2, 2 * PER + 5, 2 * PER + 9] {
+    // The same six groups of chunk 2 with more faults than resident
+    // chunks in between: random, so the seventh comes in alone.
+    for i in [1, 3, 5, 7, 9, 11].map(|g| 2 * PER + g) {
         check(&r, i);
         for c in 3..6 {
             check(&r, c * PER + 3 + (i % PER));

@@ -562,8 +562,16 @@ const PARTIAL_MAX_GROUPS: u32 = chunk::GROUPS as u32;
 /// it, 12.3-12.4 k completing at 4 groups whatever the time (read pass
 /// 228-261, 296-339, 332-402 MB/s on a busy machine); the random row and
 /// the Python heap within noise of no rule (the heap decompresses 8% more
-/// pages).
-const DENSE_GROUPS: u32 = 3;
+/// pages). At 3 groups the rule took a larger Python heap for dense
+/// (heap.py, 293 MiB under `uzswap run --budget 146M`): a chunk refaulted
+/// soon after its eviction collects three of its sixteen pages' objects by
+/// chance, and each completion loaded 13 more pages for them: 11-15 k
+/// completions, 235 k faults and 465 k pages loaded, 10.5-10.7 s, against
+/// 3.4-5.3 s with 4 KiB chunks. At 6: ~5 k completions, 94 k faults,
+/// 196-200 k pages, 5.2 s; usemem skew (index 256 MiB under 128 MiB,
+/// mixed 512 MiB under 256 MiB, index 1 GiB under 788 MiB), seq and the
+/// random row within noise of 3 (BENCHMARKS.md, 2026-11-27).
+const DENSE_GROUPS: u32 = 6;
 
 /// The groups (their first page's address) of the last faults on stored
 /// memory, in a small ring every resolver writes: a fault on the group

@@ -876,10 +876,10 @@ impl Uzswap {
             id,
             base,
             len,
-            state: (0..nchunks)
-                .map(|_| AtomicU32::new(chunk::UNTOUCHED))
-                .collect(),
-            shadow: (0..nchunks).map(|_| AtomicU32::new(0)).collect(),
+            // Zero is UNTOUCHED and no shadow; only the words of chunks
+            // used become resident.
+            state: crate::swap::zeroed_records(nchunks),
+            shadow: crate::swap::zeroed_records(nchunks),
             live: RwLock::new(true),
             registered: AtomicBool::new(false),
             pins: Mutex::new(std::collections::HashMap::new()),

@@ -52,7 +52,7 @@ pub(crate) struct SwapMap {
 impl SwapMap {
     pub fn new(capacity: u64) -> Self {
         SwapMap {
-            refs: (0..capacity).map(|_| AtomicU16::new(0)).collect(),
+            refs: crate::swap::zeroed_records(capacity as usize),
             used: AtomicU64::new(0),
         }
     }
