@@ -16,6 +16,7 @@
 //! | `UZSWAP_NO_INHERIT` | programs this one execs run without uzswap |
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
 //! | `UZSWAP_HANDLER` | `block` (default), `spin[:µs]` or `signal`: how faults are resolved |
+//! | `UZSWAP_BIND_HANDLERS` | `0`: leave handler threads unbound (`Config::bind_handlers`) |
 
 use std::path::PathBuf;
 
@@ -38,6 +39,8 @@ pub struct Config {
     pub handler: uzswap::HandlerMode,
     /// The budget counts the process's own memory too (`UZSWAP_OWN_MEMORY`).
     pub count_own_memory: bool,
+    /// Handler threads bound to CPUs (`UZSWAP_BIND_HANDLERS`, default on).
+    pub bind_handlers: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -118,6 +121,7 @@ impl Config {
             user_mode: var("UZSWAP_USER_MODE").is_some_and(|v| v != "0"),
             handler: handler()?,
             count_own_memory: var("UZSWAP_OWN_MEMORY").is_some_and(|v| v != "0"),
+            bind_handlers: var("UZSWAP_BIND_HANDLERS").is_none_or(|v| v != "0"),
         }))
     }
 
@@ -137,6 +141,7 @@ impl Config {
             trim_own_heap: true,
             user_mode_only: self.user_mode,
             handler: self.handler,
+            bind_handlers: self.bind_handlers,
             ..Default::default()
         };
         if let Some(name) = &self.compressor {

@@ -76,6 +76,51 @@ pub(super) fn handler_loop(sh: &Shared) {
     }
 }
 
+/// The CPUs to bind `handlers` handler threads to, one each: the CPUs the
+/// process may run on, where there are exactly `handlers` of them (and
+/// `bind_handlers` is set); else `None`, and the threads run where the
+/// scheduler puts them.
+///
+/// Why: every poller of the userfaultfd is woken by a fault. A handler bound
+/// to the faulting thread's CPU runs there as soon as that thread blocks in
+/// the kernel, resolves the fault and, with `UFFDIO_COPY`'s wake, hands the
+/// CPU straight back: two context switches on one CPU. Unbound, the
+/// scheduler often ran the resolving handler on the other CPU, and on a
+/// virtual machine waking an idle vCPU (and the faulting thread's back) is
+/// the larger part of a fault: `heap.py` under `uzswap run`, 1 M objects in
+/// a 146 MiB budget, 5.6-5.7 s unbound against 4.3-4.7 s bound
+/// (docs/BENCHMARKS.md). With fewer handlers than CPUs some faults would
+/// find no handler on their CPU and the binding would only restrict, so
+/// there it is left to the scheduler.
+pub(super) fn handler_cpus(cfg: &super::Config, handlers: usize) -> Option<Vec<usize>> {
+    if !cfg.bind_handlers || handlers == 0 {
+        return None;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return None;
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `set` is initialised and `c` below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    (cpus.len() == handlers).then_some(cpus)
+}
+
+/// Bind the calling handler thread to `cpu` (best effort: a failure leaves
+/// it where the scheduler puts it, which is only slower).
+pub(super) fn bind_handler(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (it came from sched_getaffinity).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is this thread.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+}
+
 /// Sleep until the userfaultfd has an event or the instance stops.
 fn wait_readable(sh: &Shared) {
     let mut fds = [

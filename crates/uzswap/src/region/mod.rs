@@ -194,6 +194,12 @@ pub struct Config {
     pub handler: HandlerMode,
     /// Fault handler threads reading the one userfaultfd.
     pub handler_threads: usize,
+    /// Bind handler thread `i` to the `i`-th CPU the process may run on,
+    /// where there are exactly as many handler threads as such CPUs (see
+    /// `fault::bind_handler`). A fault then finds a handler on the CPU it
+    /// was taken on, which that CPU runs as soon as the faulting thread
+    /// blocks: no wake-up of another CPU on the fault's path.
+    pub bind_handlers: bool,
     /// Bytes per eviction batch (0: budget/32 clamped to 1 chunk..8 MiB).
     pub evict_batch_bytes: u64,
     /// Read faults on stored chunks keep the pool copy and install the chunk
@@ -340,6 +346,7 @@ impl Default for Config {
             handler_threads: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
                 .min(4),
+            bind_handlers: true,
             evict_batch_bytes: 0,
             keep_copy: true,
             partial_faults: true,
@@ -789,13 +796,18 @@ impl Uzswap {
             sigbus::attach(&sh)?;
         }
         let handlers = if signal { 0 } else { sh.cfg.handler_threads };
+        let cpus = fault::handler_cpus(&sh.cfg, handlers);
         for i in 0..handlers {
             let s = sh.clone();
+            let cpu = cpus.as_ref().map(|c| c[i]);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("uzswap-fault{i}"))
                     .spawn(move || {
                         crate::compress::thread_hook::started();
+                        if let Some(cpu) = cpu {
+                            fault::bind_handler(cpu);
+                        }
                         fault::handler_loop(&s)
                     })
                     .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,

@@ -65,9 +65,13 @@ const NEAR: f64 = 0.5;
 /// Most headroom the pool gets above an exact plan, as a fraction of the
 /// budget (taken only from resident memory above `MIN_RESIDENT`).
 const HEADROOM: f64 = 1.0 / 16.0;
-/// Pool pages needed before the density is trusted: at least 16 MiB and a
-/// sixteenth of the budget.
-const MIN_POOL_PAGES: u64 = 4096;
+/// Pool pages needed before the density is trusted: a sixteenth of the
+/// budget, and at least this many (1 MiB of pages). Not a fixed 16 MiB:
+/// under a small budget the share's floor holds fewer pages than that, so
+/// a share once cut to the floor was never planned again (`uzswap run
+/// --budget 33M -- sort`: the pool stayed at its 7 MiB floor for the rest
+/// of the run whatever the data's density became).
+const MIN_POOL_PAGES: u64 = 256;
 
 /// The share (bytes) for a budget of `budget` bytes with `base` the
 /// configured share, `used` bytes of pages in use and not same-filled, and
@@ -109,7 +113,7 @@ pub(super) fn target(budget: u64, base: u64, used: u64, rho: f64) -> u64 {
 /// configured share in bytes.
 pub(super) fn adapt(sh: &Shared, base: u64) {
     let o = sh.zswap.occupancy();
-    let min = MIN_POOL_PAGES.max(sh.cfg.budget / 16 / PAGE_SIZE as u64);
+    let min = (sh.cfg.budget / 16 / PAGE_SIZE as u64).max(MIN_POOL_PAGES);
     if o.pool_pages < min || o.compressed_bytes == 0 {
         return;
     }
