@@ -98,6 +98,16 @@ impl Cgroup {
         Ok(cg)
     }
 
+    /// Keep the kernel from swapping the cgroup's anonymous memory (its
+    /// page cache is still reclaimed at the limit). The setting goes with
+    /// the cgroup when it is removed.
+    pub fn forbid_swap(&self) -> Result<()> {
+        match self.version {
+            Version::V1 => write_value(&self.dir.join("memory.swappiness"), "0"),
+            Version::V2 => write_value(&self.dir.join("memory.swap.max"), "0"),
+        }
+    }
+
     pub fn procs_file(&self) -> PathBuf {
         self.dir.join("cgroup.procs")
     }

@@ -303,6 +303,12 @@ pub fn prepare(s: &Setup<'_>) -> Result<Prepared> {
         }
     }
     let cg = with_journal_entry(|j| cgroup::Cgroup::create(j, &s.cgroup_name, s.limit))?;
+    if !kernel && s.limit.is_some() {
+        // A uzswap cell held to a limit: the kernel reclaims its page
+        // cache as it would a kernel cell's, but must not swap what uzswap
+        // keeps resident (its budget is what keeps the cell in memory).
+        cg.forbid_swap()?;
+    }
     applied.insert(
         "cgroup".into(),
         match s.limit {

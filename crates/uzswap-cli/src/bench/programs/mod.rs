@@ -7,7 +7,19 @@
 //! 3. under each kernel backend (zswap with lzo, zram with lz4) in a memory
 //!    cgroup whose real footprint, the cgroup's high-water mark plus what it
 //!    was not charged for (zswap's pool under cgroup v1, zram's device; see
-//!    `kernel::footprint`), matches the uzswap cell's.
+//!    `kernel::footprint`), matches the uzswap cell's;
+//! 4. for each kernel cell that finished, uzswap at that cell's memory
+//!    (`uzswap-<compressor>-eqmem-<kernel cell>`, as `bench compare` has
+//!    them): in a memory cgroup held to the kernel cell's footprint, so
+//!    that the kernel reclaims its page cache as it did the kernel cell's,
+//!    with a budget of what the kernel cell's data had (`eqmem_budget`).
+//!    The kernel cell is matched to the uzswap cell's footprint, but the
+//!    kernel cannot always run there (its OOM killer ends it, and it is
+//!    reported at more memory), and the uzswap cell's footprint counts
+//!    page cache that no limit made it give back, which the kernel cell's
+//!    limit turns into room for the program's heap; the equal-memory cell
+//!    is the one at the kernel's memory in both respects. The target is
+//!    given against both.
 //!
 //! Each cell reports its elapsed time, slowdown over plain, peak memory,
 //! major faults, and whether its output (standard output, output files, a
@@ -111,6 +123,10 @@ pub struct Args {
     /// cell's before the cell runs once more with a corrected limit.
     #[arg(long, default_value_t = 0.1, value_parser = share)]
     pub fit_tolerance: f64,
+    /// Leave out the equal-memory uzswap cells (one per kernel cell that
+    /// finished, in a cgroup held to that cell's footprint).
+    #[arg(long)]
+    pub no_eqmem: bool,
     /// Time limit of each cell, in seconds.
     #[arg(long, default_value_t = 300.0, value_parser = super::parse_secs)]
     pub timeout: f64,
@@ -201,6 +217,11 @@ pub struct Cell {
     pub compression_ratio: Option<f64>,
     /// Kernel cells: the footprint over the uzswap cell's.
     pub footprint_vs_uzswap: Option<f64>,
+    /// Equal-memory uzswap cells: the kernel cell whose footprint is this
+    /// cell's cgroup limit.
+    pub matched_to: Option<String>,
+    /// Cells held to a cgroup limit (kernel and equal-memory cells).
+    pub cgroup_limit_bytes: Option<u64>,
     /// Kernel cells: each try's cgroup limit and footprint.
     pub fits: Vec<Value>,
     /// uzswap cells: the library's figures, over every process.
@@ -217,6 +238,9 @@ enum Kind {
     Plain,
     Uzswap {
         budget: u64,
+        /// An equal-memory cell: the kernel cell it is matched to, and the
+        /// cgroup limit it runs under (that cell's footprint).
+        eqmem: Option<(String, u64)>,
     },
     Kernel {
         col: Column,
@@ -229,7 +253,11 @@ impl Kind {
     fn label(&self, a: &Args) -> String {
         match self {
             Kind::Plain => "plain".into(),
-            Kind::Uzswap { .. } => uzswap_label(a),
+            Kind::Uzswap { eqmem: None, .. } => uzswap_label(a),
+            Kind::Uzswap {
+                eqmem: Some((k, _)),
+                ..
+            } => eqmem_label(a, k),
             Kind::Kernel { col, .. } => col.label.clone(),
         }
     }
@@ -243,6 +271,12 @@ fn handler_name(h: crate::usemem::Handler) -> String {
 
 fn uzswap_label(a: &Args) -> String {
     format!("uzswap-{}", a.compressor)
+}
+
+/// The equal-memory uzswap cell matched to kernel cell `kernel`, named as
+/// `bench compare` names its own.
+fn eqmem_label(a: &Args, kernel: &str) -> String {
+    format!("{}-eqmem-{kernel}", uzswap_label(a))
 }
 
 /// What the run shares: settings, the signal mask children get back, the
@@ -381,7 +415,7 @@ impl Ctx<'_> {
         let stats = self.dir.join(format!("{}-uzswap-stats.jsonl", prog.name));
         let _ = std::fs::remove_file(&stats);
         let mut wrapper: Vec<OsString> = Vec::new();
-        if let Kind::Uzswap { budget } = kind {
+        if let Kind::Uzswap { budget, .. } = kind {
             wrapper.push(std::env::current_exe()?.into());
             for (k, v) in [
                 ("run", None),
@@ -416,6 +450,17 @@ impl Ctx<'_> {
                 compressor: &col.compressor,
                 folio: a.folio,
                 swap_size: *swap_size,
+                limit: Some(*limit),
+                cgroup_name: format!("uzswap-programs-{}-{n}", std::process::id()),
+            }),
+            Kind::Uzswap {
+                eqmem: Some((_, limit)),
+                ..
+            } => Some(kernel::Setup {
+                backend: Backend::None,
+                compressor: "",
+                folio: a.folio,
+                swap_size: 0,
                 limit: Some(*limit),
                 cgroup_name: format!("uzswap-programs-{}-{n}", std::process::id()),
             }),
@@ -527,8 +572,12 @@ impl Ctx<'_> {
         }
         match kind {
             Kind::Plain => {}
-            Kind::Uzswap { budget } => {
+            Kind::Uzswap { budget, eqmem } => {
                 cell.limit_bytes = Some(*budget);
+                if let Some((k, limit)) = eqmem {
+                    cell.matched_to = Some(k.clone());
+                    cell.cgroup_limit_bytes = Some(*limit);
+                }
                 let procs = crate::run::read_stats(stats);
                 let u = uzswap_figures(&procs);
                 cell.major_faults += u["pgmajfault"].as_u64().unwrap_or(0);
@@ -536,6 +585,7 @@ impl Ctx<'_> {
             }
             Kind::Kernel { limit, .. } => {
                 cell.limit_bytes = Some(*limit);
+                cell.cgroup_limit_bytes = Some(*limit);
                 if let Some(m) = measured {
                     cell.compression_ratio = m.compression_ratio;
                     cell.kernel = Some(m.kernel);
@@ -614,6 +664,60 @@ impl Ctx<'_> {
     }
 }
 
+impl Ctx<'_> {
+    /// The uzswap cell at kernel cell `k`'s memory: in a cgroup held to
+    /// `k`'s footprint, with the budget `eqmem_budget` gives. A try the
+    /// cgroup's OOM killer ends (uzswap's own memory or the program's page
+    /// cache outgrew the estimate) runs again with a sixteenth of the limit
+    /// less budget, twice at most; the limit never moves.
+    fn eqmem_cell(&self, prog: &Program, plain: &Cell, u: &Cell, k: &Cell) -> Option<Cell> {
+        let limit = k.peak_bytes.filter(|_| k.ok)?;
+        let min = budget_for(0, self.a.budget_share, self.a.folio);
+        let mut budget = eqmem_budget(u, k)?.max(min);
+        let mut fits = Vec::new();
+        for attempt in 0..3 {
+            let kind = Kind::Uzswap {
+                budget,
+                eqmem: Some((k.cell.clone(), limit)),
+            };
+            let mut c = self.cell(prog, &kind, Some(plain));
+            fits.push(json!({"budget_bytes": budget, "peak_bytes": c.peak_bytes,
+                "elapsed_s": c.elapsed_s, "ok": c.ok, "oom_kills": c.oom_kills}));
+            let oom = !c.ok && c.oom_kills.unwrap_or(0) > 0;
+            if !oom || attempt == 2 || budget <= min {
+                c.fits = fits;
+                return Some(c);
+            }
+            budget = (budget.saturating_sub(limit / 16) >> 20 << 20).max(min);
+        }
+        None
+    }
+}
+
+/// The budget of the uzswap cell at kernel cell `k`'s memory: what the
+/// kernel cell's data had (its footprint less the page cache its cgroup
+/// held at that peak: its resident anonymous memory plus its uncharged
+/// pool or zram device, and the kernel memory its cgroup was charged),
+/// less what the nominal uzswap cell `u` was charged beyond its data (its
+/// footprint less its page cache less its resident + pool peak: uzswap's
+/// own heap and buffers, the runner, page tables), less a margin of
+/// 1/32 of the footprint: the cell has no swap, so passing its limit
+/// ends it. So both cells hold the same page cache, and uzswap's own
+/// memory costs its data, as it would in any cgroup. None where a figure
+/// is missing.
+pub fn eqmem_budget(u: &Cell, k: &Cell) -> Option<u64> {
+    let footprint = k.peak_bytes.filter(|_| k.ok)?;
+    let cache = k.cgroup_at_peak.as_ref()?["file"].as_u64().unwrap_or(0);
+    let u_cache = u.cgroup_at_peak.as_ref()?["file"].as_u64().unwrap_or(0);
+    let data = u.uzswap.as_ref()?["peak_bytes"].as_u64()?;
+    let own = u.peak_bytes?.saturating_sub(u_cache).saturating_sub(data);
+    let b = footprint
+        .checked_sub(cache)?
+        .checked_sub(own)?
+        .checked_sub(footprint / 32)?;
+    Some(b >> 20 << 20)
+}
+
 /// The limit after a kernel cell's OOM kill: halfway to the target
 /// footprint, and at least a quarter more.
 pub fn raise_after_oom(limit: u64, target: Option<u64>) -> u64 {
@@ -641,7 +745,7 @@ fn better(a: &Cell, b: &Cell, target: Option<u64>) -> bool {
 /// killer fired (its output was never compared).
 fn oom_only(c: &Cell, uzswap: &str) -> bool {
     c.cell != "plain"
-        && c.cell != uzswap
+        && !c.cell.starts_with(uzswap)
         && !c.ok
         && c.identical.is_none()
         && c.oom_kills.unwrap_or(0) > 0
@@ -704,6 +808,50 @@ pub fn targets(cells: &[Cell], uzswap: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Each equal-memory uzswap cell against the kernel cell it was matched
+/// to: their slowdowns, and the ratio (the target's, where the kernel cell
+/// is `TARGET_KERNEL`).
+pub fn eqmem_targets(cells: &[Cell]) -> Vec<Value> {
+    cells
+        .iter()
+        .filter_map(|e| {
+            let kl = e.matched_to.as_deref()?;
+            let k = cells
+                .iter()
+                .find(|k| k.program == e.program && k.cell == kl)?;
+            let target = format!(
+                "{} slowdown <= {TARGET_RATIO}x {kl}'s at {kl}'s memory (goal: <= 1x)",
+                e.cell
+            );
+            let is_target = kl == TARGET_KERNEL;
+            let (us, ks) = match (e.ok, k.ok, e.slowdown, k.slowdown) {
+                (true, true, Some(us), Some(ks)) => (us, ks),
+                _ => {
+                    let note = match e.slowdown_at_least {
+                        Some(s) => format!("the {} cell hit the time limit: slowdown > {s:.0}x", e.cell),
+                        None if e.oom_kills.unwrap_or(0) > 0 => format!(
+                            "the {} cell was ended by its cgroup's OOM killer at every budget tried",
+                            e.cell
+                        ),
+                        None => format!("the {} cell failed", e.cell),
+                    };
+                    return Some(json!({"target": target, "program": e.program,
+                        "cell": e.cell, "kernel": kl, "is_target": is_target,
+                        "value": null, "met": false, "goal_met": false, "note": note}));
+                }
+            };
+            let v = us / ks.max(1e-9);
+            Some(json!({"target": target, "program": e.program, "cell": e.cell,
+                "kernel": kl, "is_target": is_target, "value": v,
+                "met": v <= TARGET_RATIO, "goal_met": v <= 1.0,
+                "uzswap_slowdown": us, "kernel_slowdown": ks,
+                "uzswap_budget_bytes": e.limit_bytes,
+                "cgroup_limit_bytes": e.cgroup_limit_bytes,
+                "uzswap_peak_bytes": e.peak_bytes, "kernel_peak_bytes": k.peak_bytes}))
+        })
+        .collect()
+}
+
 fn mib(b: Option<u64>) -> String {
     b.map_or("-".into(), |b| format!("{:.0}", b as f64 / MIB))
 }
@@ -760,7 +908,7 @@ fn page_cache(c: &Cell) -> String {
 pub fn footprint_lines(cells: &[Cell], uzswap: &str) -> Vec<String> {
     cells
         .iter()
-        .filter(|c| c.cell != "plain" && c.cell != uzswap && c.peak_bytes.is_some())
+        .filter(|c| c.cell != "plain" && !c.cell.starts_with(uzswap) && c.peak_bytes.is_some())
         .map(|c| {
             let u = cells
                 .iter()
@@ -929,19 +1077,34 @@ pub fn run(a: Args) -> Result<()> {
         let budget = budget_for(plain.rss_peak_bytes, a.budget_share, a.folio);
         info["budget_bytes"] = json!(budget);
         programs.push(info);
-        let u = ctx.cell(&prog, &Kind::Uzswap { budget }, Some(&plain));
+        let u = ctx.cell(
+            &prog,
+            &Kind::Uzswap {
+                budget,
+                eqmem: None,
+            },
+            Some(&plain),
+        );
         let target = u.peak_bytes.filter(|_| u.ok);
         let pool_guess = u
             .uzswap
             .as_ref()
             .and_then(|f| f["pool_total_size"].as_u64())
             .unwrap_or(0);
-        let mut row = vec![u];
+        let mut kernel_cells = Vec::new();
         for col in &cols {
-            row.push(ctx.kernel_cell(&prog, col, &plain, target, pool_guess, budget));
+            kernel_cells.push(ctx.kernel_cell(&prog, col, &plain, target, pool_guess, budget));
+        }
+        let mut eqmem = Vec::new();
+        if !a.no_eqmem && u.ok {
+            for k in &kernel_cells {
+                eqmem.extend(ctx.eqmem_cell(&prog, &plain, &u, k));
+            }
         }
         cells.push(plain);
-        cells.extend(row);
+        cells.push(u);
+        cells.extend(kernel_cells);
+        cells.extend(eqmem);
     }
     let wall = t0.elapsed().as_secs_f64();
     if remove {
@@ -1009,9 +1172,49 @@ pub fn run(a: Args) -> Result<()> {
             }
         );
     }
+    let et = eqmem_targets(&cells);
+    if !et.is_empty() {
+        println!(
+            "\nat equal memory: {ulabel} in a cgroup held to each kernel cell's footprint, its \
+             budget that footprint less the kernel cell's page cache and uzswap's own memory:"
+        );
+    }
+    for x in &et {
+        let c = cells.iter().find(|c| {
+            c.program == x["program"].as_str().unwrap_or("")
+                && c.cell == x["cell"].as_str().unwrap_or("")
+        });
+        println!(
+            "- {} on {}: {} (budget {} MiB, cgroup limit {} MiB, peak {} MiB{}; {})",
+            x["target"].as_str().unwrap_or(""),
+            x["program"].as_str().unwrap_or(""),
+            x["value"].as_f64().map_or("-".into(), |v| format!(
+                "{v:.2} ({:.2}x vs {:.2}x)",
+                x["uzswap_slowdown"].as_f64().unwrap_or(f64::NAN),
+                x["kernel_slowdown"].as_f64().unwrap_or(f64::NAN)
+            )),
+            mib(c.and_then(|c| c.limit_bytes)),
+            mib(c.and_then(|c| c.cgroup_limit_bytes)),
+            mib(c.and_then(|c| c.peak_bytes)),
+            c.map_or(String::new(), page_cache),
+            match (x["met"].as_bool(), x["goal_met"].as_bool()) {
+                (Some(true), Some(true)) => "met, goal met".to_string(),
+                (Some(true), _) => "met, goal missed".to_string(),
+                _ => format!(
+                    "MISSED{}",
+                    x["note"]
+                        .as_str()
+                        .map_or(String::new(), |n| format!(": {n}"))
+                ),
+            }
+        );
+    }
     if let Some(path) = &a.plot {
         let mut plot_cols = vec!["plain".to_string(), ulabel.clone()];
         plot_cols.extend(cols.iter().map(|c| c.label.clone()));
+        if !a.no_eqmem {
+            plot_cols.extend(cols.iter().map(|c| eqmem_label(&a, &c.label)));
+        }
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         plot(path, &cells, &names, &plot_cols)
             .with_context(|| format!("draw {}", path.display()))?;
@@ -1043,6 +1246,7 @@ pub fn run(a: Args) -> Result<()> {
                 "programs": programs,
                 "cells": cells,
                 "targets": t,
+                "eqmem_targets": et,
                 "wall_s": wall,
                 "failed_cells": failed,
                 "kernel_oom_cells": kernel_oom,
@@ -1229,5 +1433,88 @@ mod tests {
             l[0]
         );
         assert!(l[0].contains("(1.10x), 2 tries"), "{}", l[0]);
+    }
+
+    const M: u64 = 1 << 20;
+
+    /// A nominal uzswap cell whose cgroup held `anon` MiB at its peak, of
+    /// which uzswap's resident + pool was `data` MiB, and a kernel cell
+    /// with footprint `fp` MiB of which `cache` MiB page cache.
+    fn eqmem_pair(anon: u64, data: u64, fp: u64, cache: u64) -> (Cell, Cell) {
+        let mut u = cell("sqlite", "uzswap-lz4", 30.0, true);
+        // 2 MiB charged beyond anonymous memory and page cache (page
+        // tables and such).
+        u.peak_bytes = Some((anon + 43 + 2) * M);
+        u.cgroup_at_peak = Some(json!({"anon": anon * M, "file": 43 * M}));
+        u.uzswap = Some(json!({"peak_bytes": data * M}));
+        let mut k = cell("sqlite", TARGET_KERNEL, 0.9, true);
+        k.peak_bytes = Some(fp * M);
+        k.cgroup_at_peak = Some(json!({"anon": (fp - cache) * M, "file": cache * M}));
+        (u, k)
+    }
+
+    #[test]
+    fn the_equal_memory_budget_is_the_kernel_cells_data_less_uzswaps_own_memory() {
+        // The kernel cell: 75 MiB, 29 of it page cache, so its data had
+        // 46; uzswap was charged 32 + 2 - 25 = 9 MiB beyond its data, and
+        // the margin is 75/32: 34.66 MiB of budget, 34 in whole MiB. The
+        // nominal cell's 43 MiB of page cache does not count.
+        let (u, k) = eqmem_pair(32, 25, 75, 29);
+        assert_eq!(eqmem_budget(&u, &k), Some(34 * M));
+        // Own memory larger than the kernel cell's data: no budget.
+        let (u, k) = eqmem_pair(80, 10, 60, 0);
+        assert_eq!(eqmem_budget(&u, &k), None);
+        // A kernel cell that failed has no footprint to match.
+        let (u, mut k) = eqmem_pair(32, 25, 75, 29);
+        k.ok = false;
+        assert_eq!(eqmem_budget(&u, &k), None);
+        // Whole MiB, rounded down.
+        let (u, mut k) = eqmem_pair(32, 25, 75, 29);
+        k.peak_bytes = Some(77 * M);
+        assert_eq!(eqmem_budget(&u, &k), Some(36 * M));
+    }
+
+    #[test]
+    fn equal_memory_cells_are_compared_with_the_kernel_cell_they_were_matched_to() {
+        let mut cells = vec![
+            cell("python", "plain", 1.0, true),
+            cell("python", "uzswap-lz4", 6.0, true),
+            cell("python", "kernel-zswap-lzo", 2.0, true),
+            cell("python", TARGET_KERNEL, 1.5, true),
+        ];
+        let mut e = cell("python", "uzswap-lz4-eqmem-zram-lz4", 2.0, true);
+        e.matched_to = Some(TARGET_KERNEL.into());
+        cells.push(e);
+        let mut e = cell("python", "uzswap-lz4-eqmem-kernel-zswap-lzo", 4.0, true);
+        e.matched_to = Some("kernel-zswap-lzo".into());
+        cells.push(e);
+        let mut e = cell("python", "uzswap-lz4-eqmem-zram-lz4", 0.0, false);
+        e.program = "sort".into();
+        e.matched_to = Some(TARGET_KERNEL.into());
+        e.oom_kills = Some(3);
+        cells.push(e);
+        cells.push(cell("sort", TARGET_KERNEL, 2.0, true));
+        let t = eqmem_targets(&cells);
+        assert_eq!(t.len(), 3);
+        assert!((t[0]["value"].as_f64().unwrap() - 2.0 / 1.5).abs() < 1e-9);
+        assert_eq!(
+            (t[0]["met"].as_bool(), t[0]["is_target"].as_bool()),
+            (Some(true), Some(true))
+        );
+        assert_eq!(t[0]["goal_met"], false);
+        assert_eq!(
+            (t[1]["value"].as_f64(), t[1]["met"].as_bool()),
+            (Some(2.0), Some(false))
+        );
+        assert_eq!(t[1]["is_target"], false);
+        assert_eq!(t[2]["value"], Value::Null);
+        assert!(
+            t[2]["note"].as_str().unwrap().contains("OOM killer"),
+            "{}",
+            t[2]
+        );
+        // A uzswap cell ended by its cgroup's OOM killer is a failure, not
+        // a kernel figure.
+        assert!(!oom_only(&cells[6], "uzswap-lz4"));
     }
 }
