@@ -70,7 +70,11 @@ fn with_journal_entry<T>(f: impl FnOnce(&mut Journal) -> Result<T>) -> Result<T>
 
 /// Undo every recorded change now; returns the failures.
 fn restore_all() -> Vec<String> {
-    let mut g = JOURNAL.lock();
+    restore_locked(&mut JOURNAL.lock())
+}
+
+/// `restore_all` with the journal's lock held by the caller.
+fn restore_locked(g: &mut Option<Journal>) -> Vec<String> {
     match g.take() {
         Some(mut j) => {
             let errs = j.restore();
@@ -118,7 +122,12 @@ fn install_signal_thread() -> Result<libc::sigset_t> {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             eprintln!("uzswap: signal {sig}: restoring kernel settings");
-            for e in restore_all() {
+            // The journal's lock stays held until the process exits: the
+            // main thread, seeing its child killed, would otherwise go on
+            // to the next cell and make a change (a cgroup, a swap file)
+            // after this restore and before the exit, and leave it behind.
+            let mut journal = JOURNAL.lock();
+            for e in restore_locked(&mut journal) {
                 eprintln!("uzswap: restore: {e}");
             }
             if let Some(d) = SCRATCH_DIR.lock().take() {
