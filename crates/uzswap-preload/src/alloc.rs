@@ -79,6 +79,7 @@ unsafe impl GlobalAlloc for LibcAlloc {
 const MI_ARENA_EAGER_COMMIT: mi::mi_option_t = 4;
 const MI_PURGE_DECOMMITS: mi::mi_option_t = 5;
 const MI_ARENA_RESERVE: mi::mi_option_t = 23;
+const MI_ARENA_PURGE_MULT: mi::mi_option_t = 24;
 
 /// mimalloc's settings, before its first allocation.
 pub fn configure_mimalloc() {
@@ -90,6 +91,17 @@ pub fn configure_mimalloc() {
         // Freed memory goes back with MADV_DONTNEED: it is discarded from
         // the region (its pages read as zeros), not compressed.
         mi::mi_option_set(MI_PURGE_DECOMMITS, 1);
+        // Memory freed back to an arena (a whole segment: a large block, or
+        // a segment emptied) is purged at once, not after 10 x the purge
+        // delay (100 ms). Under a budget, freed memory waiting for its
+        // purge is garbage the budget counts: a program that drops a large
+        // table (CPython resizing a dict or list) made the evictor compress
+        // as much live memory in its place, and fault it back. heap.py 1M
+        // under 150 MiB: 3.7-4.3 s and 87-94 k faults -> 3.1-3.3 s and 65 k
+        // (docs/BENCHMARKS.md). Small pages keep their 10 ms delay: at 0
+        // the sqlite shell, whose pages are freed and reused at once, took
+        // more zero-fill faults and ran 10-30% slower.
+        mi::mi_option_set(MI_ARENA_PURGE_MULT, 0);
         // Arenas of 256 MiB: reserved address space only, carved from a
         // region by `vma.rs`.
         mi::mi_option_set(MI_ARENA_RESERVE, 256 * 1024);
