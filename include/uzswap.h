@@ -111,6 +111,16 @@ int uzswap_advise(uzswap_region_t *region, size_t offset, size_t len, int advice
  * malloc; free it with uzswap_string_free. NULL on failure. */
 char *uzswap_stats_json(const uzswap_t *uz);
 
+/* Optional: register the calling thread so that its faults are resolved by
+ * the handler thread of the CPU it runs on (worth it for threads that fault
+ * often). 1: registered; 0: not (handler threads not bound to CPUs, or no
+ * rseq in this C library); -1: uz is NULL. A registered thread calls
+ * uzswap_unregister_thread before it exits, and before uzswap_destroy. */
+int uzswap_register_thread(const uzswap_t *uz);
+
+/* Undo uzswap_register_thread for the calling thread. NULL: no-op. */
+void uzswap_unregister_thread(const uzswap_t *uz);
+
 /* Free a string returned by this library. NULL: no-op. */
 void uzswap_string_free(char *s);
 

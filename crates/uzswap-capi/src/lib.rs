@@ -467,6 +467,35 @@ pub unsafe extern "C" fn uzswap_stats_json(uz: *const UzswapHandle) -> *mut c_ch
     out
 }
 
+/// Register the calling thread for fault-handling locality: its faults are
+/// then resolved by the handler thread of the CPU it runs on. Returns 1 if
+/// registered, 0 if not (no bound handler threads, or no rseq), -1 with
+/// `uz` NULL.
+///
+/// # Safety
+/// `uz` is NULL or a live instance handle; a registered thread calls
+/// `uzswap_unregister_thread` before it exits.
+#[no_mangle]
+pub unsafe extern "C" fn uzswap_register_thread(uz: *const UzswapHandle) -> c_int {
+    // SAFETY: NULL or a live handle (the caller's contract).
+    match unsafe { uz.as_ref() } {
+        Some(uz) => c_int::from(uz.0.register_thread()),
+        None => -1,
+    }
+}
+
+/// Undo `uzswap_register_thread` for the calling thread.
+///
+/// # Safety
+/// `uz` is NULL or a live instance handle.
+#[no_mangle]
+pub unsafe extern "C" fn uzswap_unregister_thread(uz: *const UzswapHandle) {
+    // SAFETY: NULL or a live handle (the caller's contract).
+    if let Some(uz) = unsafe { uz.as_ref() } {
+        uz.0.unregister_thread();
+    }
+}
+
 /// `s` copied into memory from `malloc`, NUL-terminated, so that C may
 /// free it with `uzswap_string_free` (or `free`).
 fn malloc_string(s: &str) -> Result<*mut c_char, Error> {

@@ -447,6 +447,22 @@ fn check_share(share: &Share, args: &Args, max_v: u32) -> PassResult {
     res
 }
 
+/// A worker registered with the instance (`Uzswap::register_thread`)
+/// until it ends, by returning or by a panic.
+struct Registered<'a>(&'a Uzswap);
+
+impl<'a> Registered<'a> {
+    fn new(uz: &'a Uzswap) -> Option<Self> {
+        uz.register_thread().then_some(Registered(uz))
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.0.unregister_thread();
+    }
+}
+
 fn run_pass(share: &Share, pass: u32, args: &Args, worker: usize) -> PassResult {
     let mut res = PassResult::default();
     let read = |i: usize, res: &mut PassResult| {
@@ -648,10 +664,13 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
         let tp = Instant::now();
         let shares = &shares;
         let plan = &plan;
+        let uz = &uz;
         let results: Vec<PassResult> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..args.workers)
                 .map(|w| {
                     s.spawn(move || {
+                        // Its faults resolved on its CPU (handler threads).
+                        let _registered = uz.as_ref().and_then(Registered::new);
                         if random && pass > 0 {
                             run_random(shares, plan, pass, args, w)
                         } else {

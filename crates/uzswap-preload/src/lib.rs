@@ -133,8 +133,16 @@ pub unsafe extern "C" fn pthread_create(
         // it could be evicted; the handler then faults with SIGBUS blocked,
         // which the kernel answers by killing the process.
         let _g = Internal::enter();
-        // SAFETY: the caller's arguments.
-        return unsafe { create(t, attr, start, arg) };
+        // The program's thread starts in `program_thread`, which registers
+        // it for fault-handling locality and then runs `start`.
+        let p = Box::into_raw(Box::new((start, arg as usize)));
+        // SAFETY: the caller's arguments, with our trampoline owning the box.
+        let rc = unsafe { create(t, attr, program_thread, p as *mut libc::c_void) };
+        if rc != 0 {
+            // SAFETY: the thread was not made; the box is still ours.
+            drop(unsafe { Box::from_raw(p) });
+        }
+        return rc;
     }
     extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
         uzswap_thread_started();
@@ -150,6 +158,57 @@ pub unsafe extern "C" fn pthread_create(
         drop(unsafe { Box::from_raw(p) });
     }
     rc
+}
+
+/// A program thread's first frame: registered with the instance
+/// (`Uzswap::register_thread`), so that its faults are resolved by the
+/// handler of the CPU it runs on, until it exits (`LOCALITY_KEY`'s
+/// destructor).
+extern "C" fn program_thread(p: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: the box made by `pthread_create`, handed to exactly this thread.
+    let (start, arg) = *unsafe { Box::from_raw(p as *mut (real::StartFn, usize)) };
+    register_thread();
+    start(arg as *mut libc::c_void)
+}
+
+/// Key whose destructor unregisters a registered thread as it exits (by
+/// returning or by `pthread_exit`), before the thread library frees the
+/// rseq area the registration points at. None: the key could not be made,
+/// and no thread registers.
+static LOCALITY_KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
+
+extern "C" fn unregister_thread(_: *mut libc::c_void) {
+    // Not through `active()`: however the thread ends, with an internal
+    // scope open or not, its registration must go before its rseq area.
+    let p = STATE.load(Acquire);
+    if p.is_null() || DETACHED.load(Relaxed) {
+        return;
+    }
+    // SAFETY: set once from a leaked Box and never freed.
+    let st = unsafe { &*p };
+    let _g = Internal::enter();
+    st.uz.unregister_thread();
+}
+
+/// Register the calling program thread (its registration allocates from
+/// glibc: the table is read by handler threads, which must never fault on
+/// region memory).
+fn register_thread() {
+    let Some(st) = active() else { return };
+    let _g = Internal::enter();
+    let key = *LOCALITY_KEY.get_or_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: `k` is a valid out pointer; the destructor is a plain fn.
+        let rc = unsafe { libc::pthread_key_create(&mut k, Some(unregister_thread)) };
+        (rc == 0).then_some(k)
+    });
+    // Without the key nothing would unregister the thread at its exit.
+    let Some(key) = key else { return };
+    if st.uz.register_thread() {
+        // Any non-null value: the destructor runs only for those.
+        // SAFETY: `key` was made above.
+        unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
+    }
 }
 
 #[used]
@@ -186,6 +245,9 @@ extern "C" fn init() {
     alloc::configure_mimalloc();
     STATE.store(Box::into_raw(st), Release);
     report::arm();
+    // The main thread is the program's once initialisation is over.
+    drop(_g);
+    register_thread();
 }
 
 fn die(msg: &str) -> ! {

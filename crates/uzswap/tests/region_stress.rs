@@ -432,8 +432,11 @@ fn model_holds_with_most_pages_written_back() {
             keep_copy,
             evict_batch_bytes: 1 << 20,
             // The model's pages compress about 8:1: a 2% share (160 KiB)
-            // holds a few hundred of them, the rest go to the device.
+            // holds a few hundred of them, the rest go to the device. The
+            // share stays fixed: adapted to that density, the pool would
+            // hold them all.
             pool_share_percent: 2,
+            adapt_pool_share: false,
             ..Config::default()
         };
         let (bad, ops, st) = run_model_stats(cfg, 32 << 20, 3, 1.2, 0);

@@ -22,10 +22,10 @@ use std::sync::atomic::Ordering::*;
 use std::time::Instant;
 use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite};
 
-pub(super) fn handler_loop(sh: &Shared) {
+pub(super) fn handler_loop(sh: &Shared, h: usize) {
     let mut buf = EventBuffer::new(32);
     let mut scratch = vec![0u8; sh.chunk];
-    let mut faults: Vec<(usize, bool, bool)> = Vec::with_capacity(32);
+    let mut faults: Vec<(usize, bool, bool, i32)> = Vec::with_capacity(32);
     let spin = match sh.cfg.handler {
         super::HandlerMode::Block | super::HandlerMode::Signal => None,
         super::HandlerMode::Spin { micros } => {
@@ -33,16 +33,27 @@ pub(super) fn handler_loop(sh: &Shared) {
         }
     };
     let mut last_fault = Instant::now();
+    let loc = &sh.locality;
+    // Non-local outcomes in a row (`locality.rs`), and whether the next
+    // read follows a sleep in poll(2).
+    let (mut miss, mut woke) = (0u32, false);
     loop {
         faults.clear();
         match sh.uffd.read_events(&mut buf) {
             Ok(events) => {
                 for ev in events.flatten() {
-                    if let Event::Pagefault { kind, rw, addr, .. } = ev {
+                    if let Event::Pagefault {
+                        kind,
+                        rw,
+                        addr,
+                        thread_id,
+                    } = ev
+                    {
                         faults.push((
                             addr as usize,
                             matches!(kind, FaultKind::WriteProtected),
                             rw == ReadWrite::Write,
+                            thread_id.as_raw(),
                         ));
                     }
                 }
@@ -59,6 +70,13 @@ pub(super) fn handler_loop(sh: &Shared) {
             if sh.stop.load(Acquire) {
                 return;
             }
+            if std::mem::take(&mut woke) {
+                loc.empty_wake(&mut miss);
+            }
+            if loc.should_stand_by(h, &mut miss) {
+                loc.standby(h, sh.stop_fd);
+                continue;
+            }
             if let Some(d) = spin {
                 if last_fault.elapsed() < d {
                     std::hint::spin_loop();
@@ -66,11 +84,17 @@ pub(super) fn handler_loop(sh: &Shared) {
                 }
             }
             wait_readable(sh);
+            woke = true;
             continue;
         }
-        for &(addr, wp, write) in &faults {
+        woke = false;
+        for &(addr, wp, write, tid) in &faults {
             let t0 = Instant::now();
+            // Where the fault was taken: once resolved, the thread may run
+            // again elsewhere.
+            let cpu = loc.cpu_of(tid);
             resolve(sh, addr, wp, write, &mut scratch, t0);
+            loc.resolved(h, cpu, &mut miss);
         }
         last_fault = Instant::now();
     }

@@ -134,6 +134,7 @@ mod failpoints;
 mod fault;
 mod keep;
 pub(crate) mod latency;
+mod locality;
 #[cfg(test)]
 mod model;
 mod own;
@@ -435,6 +436,10 @@ pub struct UzswapStats {
     pub faults_parked: u64,
     /// Fault events already resolved by the time they were read.
     pub faults_stale: u64,
+    /// Faults a handler resolved for a registered thread on another CPU,
+    /// and times a handler went on standby (`Uzswap::register_thread`).
+    pub faults_remote: u64,
+    pub handler_standbys: u64,
     /// Missing faults on pages the program had dropped itself
     /// (`MADV_DONTNEED` past [`Uzswap::discard`]): filled with zeros.
     pub faults_dropped: u64,
@@ -567,6 +572,8 @@ struct Shared {
     epoch: Instant,
     stop: AtomicBool,
     stop_fd: i32,
+    /// Which handler resolves faults taken on which CPU (`locality.rs`).
+    locality: locality::Locality,
     ctr: Counters,
     /// `HandlerMode::Signal`: faults are resolved by the threads taking them.
     signal: bool,
@@ -750,6 +757,11 @@ impl Uzswap {
         let base_share = (cfg.adapt_pool_share && zswap.swap_device().is_some())
             .then(|| zswap.max_pool_bytes())
             .filter(|&b| b < u64::MAX);
+        let handler_cpus = if signal {
+            None
+        } else {
+            fault::handler_cpus(&cfg, cfg.handler_threads)
+        };
         let sh = Arc::new(Shared {
             chunk,
             order: cfg.folio_order,
@@ -776,6 +788,7 @@ impl Uzswap {
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
             stop_fd,
+            locality: locality::Locality::new(handler_cpus.as_deref()),
             ctr: Counters::default(),
             signal,
             faulting: std::sync::atomic::AtomicUsize::new(0),
@@ -796,10 +809,9 @@ impl Uzswap {
             sigbus::attach(&sh)?;
         }
         let handlers = if signal { 0 } else { sh.cfg.handler_threads };
-        let cpus = fault::handler_cpus(&sh.cfg, handlers);
         for i in 0..handlers {
             let s = sh.clone();
-            let cpu = cpus.as_ref().map(|c| c[i]);
+            let cpu = handler_cpus.as_ref().map(|c| c[i]);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("uzswap-fault{i}"))
@@ -808,7 +820,7 @@ impl Uzswap {
                         if let Some(cpu) = cpu {
                             fault::bind_handler(cpu);
                         }
-                        fault::handler_loop(&s)
+                        fault::handler_loop(&s, i)
                     })
                     .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
             );
@@ -1129,6 +1141,8 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         prefetched: g(&c.prefetched),
         faults_parked: g(&c.faults_parked),
         faults_stale: g(&c.faults_stale),
+        faults_remote: sh.locality.remote(),
+        handler_standbys: sh.locality.standbys(),
         faults_dropped: g(&c.faults_dropped),
         fault_errors: g(&c.fault_errors),
         evicted_chunks: g(&c.evicted_chunks),

@@ -28,6 +28,7 @@ const UFFDIO_COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const UFFDIO_COPY_MODE_WP: u64 = 1 << 1;
 const UFFD_FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 const UFFD_FEATURE_SIGBUS: u64 = 1 << 7;
+const UFFD_FEATURE_THREAD_ID: u64 = 1 << 8;
 const UFFDIO_WRITEPROTECT_BIT: u64 = 1 << 0x06;
 
 #[repr(C)]
@@ -86,7 +87,12 @@ pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), Regi
     // SAFETY: `fd` is a freshly created descriptor that nothing else owns;
     // the Uffd takes ownership and closes it on drop.
     let uffd = unsafe { Uffd::from_raw_fd(fd) };
-    let want = if sigbus { UFFD_FEATURE_SIGBUS } else { 0 };
+    // Handler threads learn which thread took each fault (`locality.rs`).
+    let want = if sigbus {
+        UFFD_FEATURE_SIGBUS
+    } else {
+        UFFD_FEATURE_THREAD_ID
+    };
     let mut api = UffdioApi {
         api: UFFD_API,
         features: want,
@@ -103,7 +109,9 @@ pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), Regi
     }
     if api.features & want != want {
         return Err(RegionError::Unavailable(
-            "this kernel's userfaultfd cannot raise SIGBUS (needs Linux 4.14+)".into(),
+            "this kernel's userfaultfd cannot raise SIGBUS or name the faulting thread \
+             (needs Linux 4.14+)"
+                .into(),
         ));
     }
     if api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP == 0 {
