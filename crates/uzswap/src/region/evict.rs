@@ -496,7 +496,12 @@ fn take_probation(
             }
             let s = &r.state[ci as usize];
             let w = s.load(Acquire);
-            if chunk::state(w) != PARTIAL || w & REF != 0 {
+            // Read again (REF), or a refault within the resident size
+            // (ACTIVE): in use, the CLOCK's to judge. Taking refaulted
+            // chunks here evicted them again at once: heap.py with 16 KiB
+            // chunks, where a second read rarely lands in the same chunk,
+            // refaulted 311 k times in 313 k evictions (docs/BENCHMARKS.md).
+            if chunk::state(w) != PARTIAL || w & (REF | ACTIVE) != 0 {
                 continue;
             }
             if let Ok(w) = chunk::take_for_evict(s, PARTIAL) {
