@@ -641,6 +641,8 @@ enum Zapped {
     /// own (claimed or stored) and the bytes it was charged.
     Partial {
         ci: usize,
+        /// Its mapped groups.
+        mask: u16,
         taken: Vec<SwapEntry>,
         bytes: u64,
     },
@@ -684,10 +686,10 @@ impl Zaps {
             match (what, err) {
                 (Zapped::Run { cis }, None) => {
                     for ci in cis {
-                        stored_now(sh, r, ci);
+                        stored_now(sh, r, ci, u16::MAX);
                     }
                 }
-                (Zapped::Partial { ci, .. }, None) => stored_now(sh, r, ci),
+                (Zapped::Partial { ci, mask, .. }, None) => stored_now(sh, r, ci, mask),
                 (Zapped::Run { cis }, Some(e)) => {
                     // Not expected on a live anonymous mapping; undo instead
                     // of leaving mapped pages marked STORED.
@@ -705,7 +707,12 @@ impl Zaps {
                         sh.wake(a, sh.chunk);
                     }
                 }
-                (Zapped::Partial { ci, taken, bytes }, Some(e)) => {
+                (
+                    Zapped::Partial {
+                        ci, taken, bytes, ..
+                    },
+                    Some(e),
+                ) => {
                     eprintln!("uzswap: evictor: MADV_DONTNEED: {e}");
                     // Still mapped and protected, so PARTIAL again; the
                     // copies claimed or stored just now are no longer clean
@@ -822,10 +829,13 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps) -> i64 {
 }
 
 /// Chunk `ci` of `r` (EVICTING, ours) has all its pages in the cache and
-/// none mapped: it is STORED now.
-fn stored_now(sh: &Shared, r: &RegionInner, ci: usize) {
+/// none mapped: it is STORED now. `mask`: the groups it had mapped (all,
+/// for a whole chunk), which a refault must hit to count as one
+/// (`fault::workingset_refault`).
+fn stored_now(sh: &Shared, r: &RegionInner, ci: usize, mask: u16) {
     let now = sh.evict_clock.fetch_add(1, Relaxed);
     r.shadow[ci].store(now as u32, Relaxed);
+    r.evicted[ci].store(mask, Relaxed);
     sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
     // A parked writer retries, takes a missing fault and is served from
     // the copy just stored.
@@ -912,6 +922,7 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
         base..base + sh.chunk,
         Zapped::Partial {
             ci: v.ci,
+            mask: v.mask,
             taken,
             bytes,
         },

@@ -562,7 +562,7 @@ fn install(
         fail(sh, &format!("loading region {} chunk {ci}: {e}", r.id));
         return Installed::Unreadable;
     }
-    let flags = workingset_refault(sh, r, ci);
+    let flags = workingset_refault(sh, r, ci, None);
     if write || !prefetch {
         sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     } else {
@@ -781,7 +781,7 @@ fn install_group(
     // 6% faster on average over 11 alternating pairs, better in 7).
     let (mut flags, clear) = if mask == 0 {
         (
-            workingset_refault(sh, r, ci),
+            workingset_refault(sh, r, ci, Some(p)),
             REJECTED | ACTIVE | MASK_BITS | REF | DIRTY,
         )
     } else {
@@ -1105,12 +1105,18 @@ fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), (Str
 /// mm/workingset.c: a chunk refaulting within as many evictions as there
 /// are resident chunks would have stayed resident with a little more
 /// memory; it is activated so CLOCK passes over it once more.
-fn workingset_refault(sh: &Shared, r: &RegionInner, ci: usize) -> u32 {
+fn workingset_refault(sh: &Shared, r: &RegionInner, ci: usize, page: Option<usize>) -> u32 {
     let now = sh.evict_clock.load(Relaxed) as u32;
     let distance = now.wrapping_sub(r.shadow[ci].load(Relaxed)) as u64;
     sh.ctr.workingset_refault.fetch_add(1, Relaxed);
     let resident_chunks = sh.resident.load(Relaxed) / sh.chunk as u64;
-    if distance <= resident_chunks {
+    // A page coming back into a chunk evicted partial must be one it had
+    // mapped: another page of it is a first read, not a refault (a cold
+    // stream reading a new page of each chunk every pass is not a working
+    // set, and ACTIVE keeps a chunk from probation).
+    let was_mapped =
+        page.is_none_or(|p| r.evicted[ci].load(Relaxed) & chunk::group_bit(p, 1 << sh.order) != 0);
+    if was_mapped && distance <= resident_chunks {
         sh.ctr.workingset_activate.fetch_add(1, Relaxed);
         ACTIVE
     } else {

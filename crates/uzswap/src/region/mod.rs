@@ -514,6 +514,9 @@ struct RegionInner {
     /// Eviction time (low 32 bits of `Shared::evict_clock`) of each stored
     /// chunk: the workingset shadow.
     shadow: Box<[AtomicU32]>,
+    /// The groups each stored chunk had mapped when it was evicted (all,
+    /// for a whole chunk): a refault counts only on one of them.
+    evicted: Box<[std::sync::atomic::AtomicU16]>,
     /// False once teardown began. Read-held by anyone touching the memory
     /// or the chunk states with side effects.
     live: RwLock<bool>,
@@ -904,6 +907,7 @@ impl Uzswap {
             // used become resident.
             state: crate::swap::zeroed_records(nchunks),
             shadow: crate::swap::zeroed_records(nchunks),
+            evicted: crate::swap::zeroed_records(nchunks),
             live: RwLock::new(true),
             registered: AtomicBool::new(false),
             pins: Mutex::new(std::collections::HashMap::new()),
