@@ -852,6 +852,31 @@ pub fn eqmem_targets(cells: &[Cell]) -> Vec<Value> {
         .collect()
 }
 
+/// A target's value as the report prints it: the ratio and both slowdowns.
+fn target_value(x: &Value) -> String {
+    x["value"].as_f64().map_or("-".into(), |v| {
+        format!(
+            "{v:.2} ({:.2}x vs {:.2}x)",
+            x["uzswap_slowdown"].as_f64().unwrap_or(f64::NAN),
+            x["kernel_slowdown"].as_f64().unwrap_or(f64::NAN)
+        )
+    })
+}
+
+/// Whether a target and its goal were met, or why it was missed.
+fn target_verdict(x: &Value) -> String {
+    match (x["met"].as_bool(), x["goal_met"].as_bool()) {
+        (Some(true), Some(true)) => "met, goal met".to_string(),
+        (Some(true), _) => "met, goal missed".to_string(),
+        _ => format!(
+            "MISSED{}",
+            x["note"]
+                .as_str()
+                .map_or(String::new(), |n| format!(": {n}"))
+        ),
+    }
+}
+
 fn mib(b: Option<u64>) -> String {
     b.map_or("-".into(), |b| format!("{:.0}", b as f64 / MIB))
 }
@@ -1155,21 +1180,8 @@ pub fn run(a: Args) -> Result<()> {
             "- {} on {}: {} ({})",
             x["target"].as_str().unwrap_or(""),
             x["program"].as_str().unwrap_or(""),
-            x["value"].as_f64().map_or("-".into(), |v| format!(
-                "{v:.2} ({:.2}x vs {:.2}x)",
-                x["uzswap_slowdown"].as_f64().unwrap_or(f64::NAN),
-                x["kernel_slowdown"].as_f64().unwrap_or(f64::NAN)
-            )),
-            match (x["met"].as_bool(), x["goal_met"].as_bool()) {
-                (Some(true), Some(true)) => "met, goal met".to_string(),
-                (Some(true), _) => "met, goal missed".to_string(),
-                _ => format!(
-                    "MISSED{}",
-                    x["note"]
-                        .as_str()
-                        .map_or(String::new(), |n| format!(": {n}"))
-                ),
-            }
+            target_value(x),
+            target_verdict(x)
         );
     }
     let et = eqmem_targets(&cells);
@@ -1188,25 +1200,12 @@ pub fn run(a: Args) -> Result<()> {
             "- {} on {}: {} (budget {} MiB, cgroup limit {} MiB, peak {} MiB{}; {})",
             x["target"].as_str().unwrap_or(""),
             x["program"].as_str().unwrap_or(""),
-            x["value"].as_f64().map_or("-".into(), |v| format!(
-                "{v:.2} ({:.2}x vs {:.2}x)",
-                x["uzswap_slowdown"].as_f64().unwrap_or(f64::NAN),
-                x["kernel_slowdown"].as_f64().unwrap_or(f64::NAN)
-            )),
+            target_value(x),
             mib(c.and_then(|c| c.limit_bytes)),
             mib(c.and_then(|c| c.cgroup_limit_bytes)),
             mib(c.and_then(|c| c.peak_bytes)),
             c.map_or(String::new(), page_cache),
-            match (x["met"].as_bool(), x["goal_met"].as_bool()) {
-                (Some(true), Some(true)) => "met, goal met".to_string(),
-                (Some(true), _) => "met, goal missed".to_string(),
-                _ => format!(
-                    "MISSED{}",
-                    x["note"]
-                        .as_str()
-                        .map_or(String::new(), |n| format!(": {n}"))
-                ),
-            }
+            target_verdict(x)
         );
     }
     if let Some(path) = &a.plot {
