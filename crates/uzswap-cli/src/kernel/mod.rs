@@ -498,6 +498,7 @@ impl Measuring<'_> {
             "zswap_pool_charged": zswap.then_some(p.pool_charged),
             "footprint_sampled_peak_bytes": peaks.footprint_bytes,
             "footprint_sampled_stat": peaks.footprint_stat,
+            "footprint_nonfile_peak_bytes": peaks.nonfile_bytes,
             "cgroup_stat_after": p.cg.stat().into_iter().filter(|(k, _)| k.contains("swap") || k.contains("pgmaj")).collect::<BTreeMap<_, _>>(),
             "psi_memory_us": {
                 "some": psi_after.0.saturating_sub(self.psi_before.0),
@@ -919,6 +920,12 @@ struct Peaks {
     /// The cgroup's memory.stat when `footprint_bytes` was sampled: what
     /// its charge was made of (anonymous memory, page cache).
     footprint_stat: BTreeMap<String, u64>,
+    /// The same sum less the cgroup's page cache, at its largest: what the
+    /// workload held that reclaim could not drop (anonymous and kernel
+    /// memory, the uncharged pool). Sampled on its own: under a limit the
+    /// page cache fills whatever room is left, so the footprint's peak
+    /// says little about the moment this one peaks.
+    nonfile_bytes: u64,
 }
 
 impl Peaks {
@@ -1011,11 +1018,14 @@ impl Sampler {
                     0
                 };
                 let now = cg_now + pool_out + zram_used;
+                let parts = cgroup_parts(&vmstat::parse_kv(
+                    &std::fs::read_to_string(&fp.stat).unwrap_or_default(),
+                ));
+                let file = parts.get("file").copied().unwrap_or(0);
+                p.nonfile_bytes = p.nonfile_bytes.max(now.saturating_sub(file));
                 if now > p.footprint_bytes {
                     p.footprint_bytes = now;
-                    p.footprint_stat = cgroup_parts(&vmstat::parse_kv(
-                        &std::fs::read_to_string(&fp.stat).unwrap_or_default(),
-                    ));
+                    p.footprint_stat = parts;
                 }
                 if done {
                     return p;

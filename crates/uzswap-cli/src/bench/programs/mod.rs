@@ -12,7 +12,8 @@
 //!    (`uzswap-<compressor>-eqmem-<kernel cell>`, as `bench compare` has
 //!    them): in a memory cgroup held to the kernel cell's footprint, so
 //!    that the kernel reclaims its page cache as it did the kernel cell's,
-//!    with a budget of what the kernel cell's data had (`eqmem_budget`).
+//!    with a budget of that footprint less uzswap's own memory
+//!    (`eqmem_budget`), fitted to the limit over up to three tries.
 //!    The kernel cell is matched to the uzswap cell's footprint, but the
 //!    kernel cannot always run there (its OOM killer ends it, and it is
 //!    reported at more memory), and the uzswap cell's footprint counts
@@ -193,6 +194,10 @@ pub struct Cell {
     /// ms): page cache the program wrote (a database, a dump, uzswap's
     /// swap file) counts in its footprint as in the kernel's limit.
     pub cgroup_at_peak: Option<Value>,
+    /// Cells in a cgroup: the footprint less the cgroup's page cache at its
+    /// largest (sampled every 100 ms): anonymous and kernel memory and any
+    /// uncharged pool, what reclaim without swap cannot take back.
+    pub nonfile_peak_bytes: Option<u64>,
     /// Kernel cells: the pool or device memory the cgroup was not charged
     /// for, at its peak.
     pub uncharged_bytes: Option<u64>,
@@ -553,6 +558,7 @@ impl Ctx<'_> {
             Some(m) => {
                 cell.cgroup_max_usage_bytes = m.cgroup_max_usage;
                 cell.cgroup_at_peak = Some(m.kernel["footprint_sampled_stat"].clone());
+                cell.nonfile_peak_bytes = m.kernel["footprint_nonfile_peak_bytes"].as_u64();
                 cell.peak_bytes = m.footprint;
                 cell.peak_source = match kind {
                     Kind::Kernel { col, .. } if m.uncharged_peak > 0 || col.backend == "zram" => {
@@ -666,56 +672,107 @@ impl Ctx<'_> {
 
 impl Ctx<'_> {
     /// The uzswap cell at kernel cell `k`'s memory: in a cgroup held to
-    /// `k`'s footprint, with the budget `eqmem_budget` gives. A try the
-    /// cgroup's OOM killer ends (uzswap's own memory or the program's page
-    /// cache outgrew the estimate) runs again with a sixteenth of the limit
-    /// less budget, twice at most; the limit never moves.
+    /// `k`'s footprint, with the budget `eqmem_budget` gives from the
+    /// nominal cell `u`. The budget is then fitted to the limit as the
+    /// kernel cells' limits are fitted to a footprint:
+    /// - a try that finished with its own memory (`own_bytes`) smaller
+    ///   than the estimate leaves room: the next try gets the budget that
+    ///   try's own memory and fill allow (`fit_from`), if that is a 32nd
+    ///   of the limit more;
+    /// - a try the cgroup's OOM killer ended (uzswap's own memory or the
+    ///   program's page cache outgrew the room left) runs again with a
+    ///   sixteenth of the limit less.
+    ///
+    /// Three tries at most; the limit never moves. The last try that
+    /// finished is the one reported (the largest budget that ran at that
+    /// memory); each try is in `fits`.
     fn eqmem_cell(&self, prog: &Program, plain: &Cell, u: &Cell, k: &Cell) -> Option<Cell> {
         let limit = k.peak_bytes.filter(|_| k.ok)?;
         let min = budget_for(0, self.a.budget_share, self.a.folio);
         let mut budget = eqmem_budget(u, k)?.max(min);
         let mut fits = Vec::new();
+        let mut done: Option<Cell> = None;
         for attempt in 0..3 {
             let kind = Kind::Uzswap {
                 budget,
                 eqmem: Some((k.cell.clone(), limit)),
             };
-            let mut c = self.cell(prog, &kind, Some(plain));
+            let c = self.cell(prog, &kind, Some(plain));
             fits.push(json!({"budget_bytes": budget, "peak_bytes": c.peak_bytes,
+                "nonfile_peak_bytes": c.nonfile_peak_bytes,
                 "elapsed_s": c.elapsed_s, "ok": c.ok, "oom_kills": c.oom_kills}));
             let oom = !c.ok && c.oom_kills.unwrap_or(0) > 0;
-            if !oom || attempt == 2 || budget <= min {
-                c.fits = fits;
-                return Some(c);
+            // Any other failure (a wrong output above all) is the cell's
+            // result, never hidden behind an earlier try.
+            let failed = !c.ok && !oom;
+            let next = if oom && done.is_none() {
+                Some((budget.saturating_sub(limit / 16) >> 20 << 20).max(min))
+                    .filter(|b| *b < budget)
+            } else if c.ok {
+                fit_from(&c, limit).filter(|b| *b >= budget + limit / 32)
+            } else {
+                None
+            };
+            if c.ok || failed || done.is_none() {
+                done = Some(c);
             }
-            budget = (budget.saturating_sub(limit / 16) >> 20 << 20).max(min);
+            if next.is_none() || attempt == 2 {
+                break;
+            }
+            budget = next.expect("checked");
         }
-        None
+        let mut c = done?;
+        c.fits = fits;
+        Some(c)
     }
 }
 
-/// The budget of the uzswap cell at kernel cell `k`'s memory: what the
-/// kernel cell's data had (its footprint less the page cache its cgroup
-/// held at that peak: its resident anonymous memory plus its uncharged
-/// pool or zram device, and the kernel memory its cgroup was charged),
-/// less what the nominal uzswap cell `u` was charged beyond its data (its
-/// footprint less its page cache less its resident + pool peak: uzswap's
-/// own heap and buffers, the runner, page tables), less a margin of
-/// 1/32 of the footprint: the cell has no swap, so passing its limit
-/// ends it. So both cells hold the same page cache, and uzswap's own
-/// memory costs its data, as it would in any cgroup. None where a figure
-/// is missing.
-pub fn eqmem_budget(u: &Cell, k: &Cell) -> Option<u64> {
-    let footprint = k.peak_bytes.filter(|_| k.ok)?;
-    let cache = k.cgroup_at_peak.as_ref()?["file"].as_u64().unwrap_or(0);
-    let u_cache = u.cgroup_at_peak.as_ref()?["file"].as_u64().unwrap_or(0);
+/// What a uzswap cell in a cgroup was charged beyond its data: the
+/// footprint less page cache at its largest, less uzswap's resident +
+/// pool peak. uzswap's own heap and buffers, the runner, page tables and
+/// other kernel memory.
+pub fn own_bytes(u: &Cell) -> Option<u64> {
     let data = u.uzswap.as_ref()?["peak_bytes"].as_u64()?;
-    let own = u.peak_bytes?.saturating_sub(u_cache).saturating_sub(data);
-    let b = footprint
-        .checked_sub(cache)?
-        .checked_sub(own)?
-        .checked_sub(footprint / 32)?;
-    Some(b >> 20 << 20)
+    Some(u.nonfile_peak_bytes?.saturating_sub(data))
+}
+
+/// How much of its budget a uzswap cell's data filled at its peak: the
+/// evictor holds resident + pool between watermarks below the budget, so
+/// a budget buys this share of it in memory. At most 1, at least 1/2.
+pub fn fill(u: &Cell) -> Option<f64> {
+    let data = u.uzswap.as_ref()?["peak_bytes"].as_u64()? as f64;
+    let budget = u.limit_bytes? as f64;
+    Some((data / budget).clamp(0.5, 1.0))
+}
+
+/// The budget whose data (`fill` of it) and `own` leave a margin of 1/32
+/// in `limit`, in whole MiB, and never more than the limit less that
+/// margin (a program whose data stayed below its budget would otherwise
+/// be given more than the limit); None where nothing is left.
+pub fn fit_budget(limit: u64, own: u64, fill: f64) -> Option<u64> {
+    let margin = limit / 32;
+    let room = limit.checked_sub(own)?.checked_sub(margin)?;
+    let b = ((room as f64 / fill.clamp(0.5, 1.0)) as u64).min(limit - margin);
+    Some(b >> 20 << 20).filter(|b| *b > 0)
+}
+
+/// A uzswap cell's figures applied to `limit`: the budget `fit_budget`
+/// gives from its own memory and fill.
+fn fit_from(u: &Cell, limit: u64) -> Option<u64> {
+    fit_budget(limit, own_bytes(u)?, fill(u)?)
+}
+
+/// The first budget of the uzswap cell at kernel cell `k`'s memory: its
+/// footprint, less what the nominal uzswap cell `u` was charged beyond
+/// its data (`own_bytes`), less a margin of 1/32 of the footprint (the
+/// cell has no swap, so passing its limit ends it), over the share of its
+/// budget the nominal cell's data filled. The page cache gets what the
+/// budget leaves, under the kernel's reclaim as in the kernel cell: equal
+/// memory is the same limit, not the same split of it (a kernel cell that
+/// never had to swap kept page cache because its limit left room, not
+/// because the program needed it). None where a figure is missing.
+pub fn eqmem_budget(u: &Cell, k: &Cell) -> Option<u64> {
+    fit_from(u, k.peak_bytes.filter(|_| k.ok)?)
 }
 
 /// The limit after a kernel cell's OOM kill: halfway to the target
@@ -1188,7 +1245,7 @@ pub fn run(a: Args) -> Result<()> {
     if !et.is_empty() {
         println!(
             "\nat equal memory: {ulabel} in a cgroup held to each kernel cell's footprint, its \
-             budget that footprint less the kernel cell's page cache and uzswap's own memory:"
+             budget fitted to that footprint less uzswap's own memory:"
         );
     }
     for x in &et {
@@ -1436,16 +1493,16 @@ mod tests {
 
     const M: u64 = 1 << 20;
 
-    /// A nominal uzswap cell whose cgroup held `anon` MiB at its peak, of
-    /// which uzswap's resident + pool was `data` MiB, and a kernel cell
-    /// with footprint `fp` MiB of which `cache` MiB page cache.
-    fn eqmem_pair(anon: u64, data: u64, fp: u64, cache: u64) -> (Cell, Cell) {
+    /// A nominal uzswap cell charged `nonfile` MiB beyond page cache at its
+    /// peak, of which uzswap's resident + pool was `data` MiB, and a kernel
+    /// cell with footprint `fp` MiB of which `cache` MiB page cache.
+    fn eqmem_pair(nonfile: u64, data: u64, fp: u64, cache: u64) -> (Cell, Cell) {
         let mut u = cell("sqlite", "uzswap-lz4", 30.0, true);
-        // 2 MiB charged beyond anonymous memory and page cache (page
-        // tables and such).
-        u.peak_bytes = Some((anon + 43 + 2) * M);
-        u.cgroup_at_peak = Some(json!({"anon": anon * M, "file": 43 * M}));
+        u.peak_bytes = Some((nonfile + 43) * M);
+        u.cgroup_at_peak = Some(json!({"anon": (nonfile - 2) * M, "file": 43 * M}));
+        u.nonfile_peak_bytes = Some(nonfile * M);
         u.uzswap = Some(json!({"peak_bytes": data * M}));
+        u.limit_bytes = Some(data * M);
         let mut k = cell("sqlite", TARGET_KERNEL, 0.9, true);
         k.peak_bytes = Some(fp * M);
         k.cgroup_at_peak = Some(json!({"anon": (fp - cache) * M, "file": cache * M}));
@@ -1453,24 +1510,47 @@ mod tests {
     }
 
     #[test]
-    fn the_equal_memory_budget_is_the_kernel_cells_data_less_uzswaps_own_memory() {
-        // The kernel cell: 75 MiB, 29 of it page cache, so its data had
-        // 46; uzswap was charged 32 + 2 - 25 = 9 MiB beyond its data, and
-        // the margin is 75/32: 34.66 MiB of budget, 34 in whole MiB. The
-        // nominal cell's 43 MiB of page cache does not count.
-        let (u, k) = eqmem_pair(32, 25, 75, 29);
-        assert_eq!(eqmem_budget(&u, &k), Some(34 * M));
-        // Own memory larger than the kernel cell's data: no budget.
-        let (u, k) = eqmem_pair(80, 10, 60, 0);
+    fn the_equal_memory_budget_is_the_kernel_cells_footprint_less_uzswaps_own_memory() {
+        // uzswap was charged 34 - 25 = 9 MiB beyond its data and page
+        // cache; the kernel cell's footprint is 75 MiB and the margin
+        // 75/32: 63.66 MiB of budget, 63 in whole MiB. Neither cell's
+        // page cache counts: it gets what the budget leaves.
+        let (u, k) = eqmem_pair(34, 25, 75, 29);
+        assert_eq!(own_bytes(&u), Some(9 * M));
+        assert_eq!(eqmem_budget(&u, &k), Some(63 * M));
+        // Own memory larger than the kernel cell's footprint: no budget.
+        let (u, k) = eqmem_pair(90, 10, 60, 0);
         assert_eq!(eqmem_budget(&u, &k), None);
         // A kernel cell that failed has no footprint to match.
-        let (u, mut k) = eqmem_pair(32, 25, 75, 29);
+        let (u, mut k) = eqmem_pair(34, 25, 75, 29);
         k.ok = false;
         assert_eq!(eqmem_budget(&u, &k), None);
+        // Nor does a nominal cell without the sampled figure.
+        let (mut u, k) = eqmem_pair(34, 25, 75, 29);
+        u.nonfile_peak_bytes = None;
+        assert_eq!(eqmem_budget(&u, &k), None);
         // Whole MiB, rounded down.
-        let (u, mut k) = eqmem_pair(32, 25, 75, 29);
+        let (u, mut k) = eqmem_pair(34, 25, 75, 29);
         k.peak_bytes = Some(77 * M);
-        assert_eq!(eqmem_budget(&u, &k), Some(36 * M));
+        assert_eq!(eqmem_budget(&u, &k), Some(65 * M));
+        // The fit: 6 MiB of own memory at a 53 MiB limit leaves 45.34.
+        assert_eq!(fit_budget(53 * M, 6 * M, 1.0), Some(45 * M));
+        assert_eq!(fit_budget(4 * M, 4 * M, 1.0), None);
+        // Data that fills 90% of its budget: a ninth more budget.
+        assert_eq!(fit_budget(53 * M, 6 * M, 0.9), Some(50 * M));
+        // The nominal cell's data filled 25 of a 30 MiB budget. With 19
+        // MiB of its own, 63.34 MiB of room at 85 MiB over 5/6 is 76.
+        let (mut u, k) = eqmem_pair(44, 25, 85, 29);
+        u.limit_bytes = Some(30 * M);
+        assert_eq!(eqmem_budget(&u, &k), Some(76 * M));
+        // With 9 MiB of its own, 53.97 MiB of room at 65 MiB over 5/6 is
+        // 64.8, more than the 62.97 the limit less its margin leaves.
+        let (mut u, k) = eqmem_pair(34, 25, 65, 29);
+        u.limit_bytes = Some(30 * M);
+        assert_eq!(eqmem_budget(&u, &k), Some(62 * M));
+        // A fill below half is taken as half.
+        u.limit_bytes = Some(100 * M);
+        assert_eq!(fill(&u), Some(0.5));
     }
 
     #[test]
