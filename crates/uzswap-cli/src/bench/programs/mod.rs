@@ -678,20 +678,24 @@ impl Ctx<'_> {
     /// - a try that finished with its own memory (`own_bytes`) smaller
     ///   than the estimate leaves room: the next try gets the budget that
     ///   try's own memory and fill allow (`fit_from`), if that is a 32nd
-    ///   of the limit more;
+    ///   of the limit more and below any budget that was OOM-killed;
     /// - a try the cgroup's OOM killer ended (uzswap's own memory or the
-    ///   program's page cache outgrew the room left) runs again with a
-    ///   sixteenth of the limit less.
+    ///   program's page cache outgrew the room left) before any finished
+    ///   runs again with a sixteenth of the limit less.
     ///
-    /// Three tries at most; the limit never moves. The last try that
-    /// finished is the one reported (the largest budget that ran at that
-    /// memory); each try is in `fits`.
+    /// (`next_eqmem_budget`.) Three tries at most; the limit never moves.
+    /// The last try that finished is the one reported (the largest budget
+    /// that ran at that memory), a failure other than an OOM kill ends the
+    /// fit and is reported; each try is in `fits`.
     fn eqmem_cell(&self, prog: &Program, plain: &Cell, u: &Cell, k: &Cell) -> Option<Cell> {
         let limit = k.peak_bytes.filter(|_| k.ok)?;
         let min = budget_for(0, self.a.budget_share, self.a.folio);
         let mut budget = eqmem_budget(u, k)?.max(min);
         let mut fits = Vec::new();
-        let mut done: Option<Cell> = None;
+        // The last try that finished, and the last that did not.
+        let (mut finished, mut unfinished): (Option<Cell>, Option<Cell>) = (None, None);
+        // The smallest budget the OOM killer ended: no later try goes there.
+        let mut ceiling = u64::MAX;
         for attempt in 0..3 {
             let kind = Kind::Uzswap {
                 budget,
@@ -702,28 +706,73 @@ impl Ctx<'_> {
                 "nonfile_peak_bytes": c.nonfile_peak_bytes,
                 "elapsed_s": c.elapsed_s, "ok": c.ok, "oom_kills": c.oom_kills}));
             let oom = !c.ok && c.oom_kills.unwrap_or(0) > 0;
-            // Any other failure (a wrong output above all) is the cell's
-            // result, never hidden behind an earlier try.
-            let failed = !c.ok && !oom;
-            let next = if oom && done.is_none() {
-                Some((budget.saturating_sub(limit / 16) >> 20 << 20).max(min))
-                    .filter(|b| *b < budget)
-            } else if c.ok {
-                fit_from(&c, limit).filter(|b| *b >= budget + limit / 32)
-            } else {
-                None
-            };
-            if c.ok || failed || done.is_none() {
-                done = Some(c);
-            }
-            if next.is_none() || attempt == 2 {
+            if !c.ok && !oom {
+                // Any other failure (a wrong output above all) is the
+                // cell's result, never hidden behind an earlier try.
+                finished = None;
+                unfinished = Some(c);
                 break;
             }
-            budget = next.expect("checked");
+            if oom {
+                ceiling = ceiling.min(budget);
+            }
+            let next = next_eqmem_budget(Try {
+                budget,
+                limit,
+                min,
+                finished: c.ok,
+                fitted: c.ok.then(|| fit_from(&c, limit)).flatten(),
+                any_finished: finished.is_some(),
+                ceiling,
+            });
+            if c.ok {
+                finished = Some(c);
+            } else {
+                unfinished = Some(c);
+            }
+            match next {
+                Some(b) if attempt < 2 => budget = b,
+                _ => break,
+            }
         }
-        let mut c = done?;
+        let mut c = finished.or(unfinished)?;
         c.fits = fits;
         Some(c)
+    }
+}
+
+/// One equal-memory try, as `next_eqmem_budget` weighs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Try {
+    pub budget: u64,
+    pub limit: u64,
+    /// The least budget a cell may have.
+    pub min: u64,
+    /// It ran to completion with the right output (else: OOM-killed).
+    pub finished: bool,
+    /// A finished try's figures applied to the limit (`fit_from`).
+    pub fitted: Option<u64>,
+    /// An earlier try finished.
+    pub any_finished: bool,
+    /// The smallest budget the OOM killer ended (u64::MAX: none).
+    pub ceiling: u64,
+}
+
+/// The budget of the next equal-memory try, if there is one to make:
+/// after a finished try, the fitted budget where it is at least 1/32 of
+/// the limit more (and below any budget that was OOM-killed); after an
+/// OOM kill with nothing finished yet, 1/16 of the limit less, down to
+/// `min`. An OOM kill after a finished try ends the fit (that try is the
+/// one reported).
+pub fn next_eqmem_budget(t: Try) -> Option<u64> {
+    if t.finished {
+        t.fitted
+            .filter(|b| *b >= t.budget + t.limit / 32 && *b < t.ceiling)
+    } else if !t.any_finished {
+        Some((t.budget.saturating_sub(t.limit / 16) >> 20 << 20).max(t.min))
+            .filter(|b| *b < t.budget)
+    } else {
+        None
     }
 }
 
@@ -1551,6 +1600,68 @@ mod tests {
         // A fill below half is taken as half.
         u.limit_bytes = Some(100 * M);
         assert_eq!(fill(&u), Some(0.5));
+    }
+
+    #[test]
+    fn the_equal_memory_fit_raises_after_room_and_lowers_after_an_oom_kill() {
+        let t = Try {
+            budget: 40 * M,
+            limit: 64 * M,
+            min: 4 * M,
+            finished: true,
+            fitted: Some(44 * M),
+            any_finished: false,
+            ceiling: u64::MAX,
+        };
+        // Finished with 4 MiB of room, more than 64/32: run again there.
+        assert_eq!(next_eqmem_budget(t), Some(44 * M));
+        // Less than 1/32 of the limit more: this try stands.
+        assert_eq!(
+            next_eqmem_budget(Try {
+                fitted: Some(41 * M),
+                ..t
+            }),
+            None
+        );
+        assert_eq!(next_eqmem_budget(Try { fitted: None, ..t }), None);
+        // Never back to a budget the OOM killer ended.
+        assert_eq!(
+            next_eqmem_budget(Try {
+                ceiling: 44 * M,
+                ..t
+            }),
+            None
+        );
+        // OOM-killed with nothing finished: 1/16 of the limit less.
+        let oom = Try {
+            finished: false,
+            fitted: None,
+            ..t
+        };
+        assert_eq!(next_eqmem_budget(oom), Some(36 * M));
+        // ... down to the least budget, then no more.
+        assert_eq!(
+            next_eqmem_budget(Try {
+                budget: 6 * M,
+                ..oom
+            }),
+            Some(4 * M)
+        );
+        assert_eq!(
+            next_eqmem_budget(Try {
+                budget: 4 * M,
+                ..oom
+            }),
+            None
+        );
+        // OOM-killed after a try finished: the finished one stands.
+        assert_eq!(
+            next_eqmem_budget(Try {
+                any_finished: true,
+                ..oom
+            }),
+            None
+        );
     }
 
     #[test]
