@@ -149,19 +149,11 @@ impl Locality {
                 .collect(),
             _ => Vec::new(),
         };
-        let n = handlers.len();
-        let handlers = if cpus.is_some_and(|c| c.len() == n) {
+        // An eventfd that could not be made: no policy (dropping the
+        // handlers made closes theirs).
+        let handlers = if cpus.is_some_and(|c| c.len() == handlers.len()) {
             handlers.into_boxed_slice()
         } else {
-            // An eventfd could not be made: no policy (Drop closes them).
-            drop(Locality {
-                threads: Default::default(),
-                handlers: handlers.into_boxed_slice(),
-                polling: AtomicUsize::new(0),
-                registered: AtomicUsize::new(0),
-                remote: AtomicU64::new(0),
-                standbys: AtomicU64::new(0),
-            });
             Box::new([])
         };
         Locality {
@@ -345,13 +337,11 @@ fn wake(fd: i32) {
     let _ = unsafe { libc::write(fd, &one as *const u64 as *const _, 8) };
 }
 
-impl Drop for Locality {
+impl Drop for Handler {
     fn drop(&mut self) {
-        for h in self.handlers.iter() {
-            // SAFETY: the eventfd is ours; the handlers have exited (they
-            // hold the `Shared` this lives in).
-            unsafe { libc::close(h.fd) };
-        }
+        // SAFETY: the eventfd is ours; the handler threads have exited
+        // (they hold the `Shared` whose `Locality` this lives in).
+        unsafe { libc::close(self.fd) };
     }
 }
 
