@@ -535,10 +535,11 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
     }
     let random_passes = u64::from(args.passes - 1);
     // Per worker per random pass; --ops is per worker over all of them.
+    // With one pass (the fill alone) there is no random pass to share them.
     let ops_per_pass = args
         .ops
         .unwrap_or(random_passes * total_pages as u64)
-        .div_ceil(random_passes);
+        .div_ceil(random_passes.max(1));
     let plan = RandomPlan {
         zipf: Zipf::new(total_pages as u64, args.zipf),
         scatter: Scatter::new(total_pages as u64),

@@ -69,6 +69,22 @@ fn usemem_budget_must_be_finite() {
     }
 }
 
+/// One pass is the write (fill) pass alone: it runs and verifies, with no
+/// read pass to share `--ops` among (that division once panicked).
+#[test]
+fn usemem_one_pass_is_the_fill_alone() {
+    let out = uzswap(&[
+        "usemem", "--size", "8M", "--budget", "4M", "--passes", "1", "--verify", "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(v["passes"], 1, "{stdout}");
+    assert_eq!(v["pass_s"].as_array().map(Vec::len), Some(1), "{stdout}");
+}
+
 #[test]
 fn swap_dir_on_procfs_says_why() {
     let out = uzswap(&[
