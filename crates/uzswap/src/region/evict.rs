@@ -139,6 +139,9 @@ fn store_need(sh: &Shared) -> u64 {
 /// Resident bytes of probation victims taken and evicted at a time (256
 /// single-page chunks: one zap call's worth of ranges).
 const PROBATION_STEP: u64 = 1 << 20;
+/// Resident bytes of CLOCK victims taken and evicted at a time: 32 chunks
+/// of 64 KiB, one run's write-protection and a few zaps' worth.
+const CLOCK_STEP: u64 = 2 << 20;
 const FUTILE_BACKOFF: Duration = Duration::from_millis(20);
 /// How often a fault waiting behind a batch in flight looks again at the
 /// room that batch has made. Each look wakes the thread: at 100 us the
@@ -196,6 +199,7 @@ pub(super) fn backstop(sh: &Shared) {
     if sh.usage() + incoming <= limit() {
         return;
     }
+    let _timed = BackstopTimer(sh, std::time::Instant::now());
     // While eviction is futile (incompressible chunks: storing them frees
     // nothing until writeback moves their copies to the device), faults
     // install into the margin without trying; one that would pass the
@@ -220,16 +224,25 @@ pub(super) fn backstop(sh: &Shared) {
             return;
         }
     };
+    // A step, not a whole batch: the room this fault (and the others at
+    // the backstop) need, as the kernel's direct reclaim takes
+    // SWAP_CLUSTER_MAX pages and leaves the rest to kswapd. The evictor
+    // thread, kicked, makes the rest of the room. With whole batches a
+    // fault that found the evictor behind evicted 8 MiB (2048 single-page
+    // chunks under random access, ~10 ms) and every other fault waited on
+    // it: usemem's random row spent 0.1% of its faults there, and 40% of
+    // its threads' time.
+    let step = backstop_step(sh, incoming);
     while sh.usage() + incoming > limit() {
         if drop_clean_copies(sh, sh.usage() + incoming - limit()) {
             continue;
         }
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
-        match evict_batch(sh, &mut clock) {
+        match evict_batch(sh, &mut clock, step) {
             // Nothing resident to take: the pool alone fills the budget
             // (no writeback); this fault's chunk is the next victim.
             None => break,
-            Some(freed) if freed < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
+            Some(freed) if freed < step as i64 / FUTILE_DIVISOR => {
                 // Incompressible chunks free nothing until their copies
                 // reach the device: write back now before giving up.
                 if sh.zswap.reclaim(sh.batch_bytes) > 0 {
@@ -241,6 +254,28 @@ pub(super) fn backstop(sh: &Shared) {
             Some(_) => {}
         }
     }
+    drop(clock);
+    maybe_kick(sh);
+}
+
+/// Adds the time a fault spent past the backstop's first look to
+/// `backstop_us`, however it leaves.
+struct BackstopTimer<'a>(&'a Shared, std::time::Instant);
+
+impl Drop for BackstopTimer<'_> {
+    fn drop(&mut self) {
+        let ns = self.1.elapsed().as_nanos() as u64;
+        self.0.ctr.backstop_ns.fetch_add(ns, Relaxed);
+    }
+}
+
+/// What the backstop evicts at a time: a probation step, or twice what
+/// the faults in flight may install, at most a batch.
+fn backstop_step(sh: &Shared, incoming: u64) -> u64 {
+    PROBATION_STEP
+        .max(2 * incoming)
+        .min(sh.batch_bytes)
+        .next_multiple_of(sh.chunk as u64)
 }
 
 /// Before a store (pool first, resident after): if installs took the
@@ -305,7 +340,7 @@ pub(super) fn evictor_loop(sh: &Shared) {
                 if sh.usage() <= sh.low {
                     break;
                 }
-                evict_batch(sh, &mut clock)
+                evict_batch(sh, &mut clock, sh.batch_bytes)
             };
             if let Some(base) = sh.base_share {
                 super::share::adapt(sh, base);
@@ -327,10 +362,10 @@ pub(super) fn evictor_loop(sh: &Shared) {
     }
 }
 
-/// Pick one batch, from the probation queue first and then by CLOCK, and
-/// evict it. Returns the bytes of usage it freed (see [`run_protocol`]), or
-/// None if no chunk could be taken.
-fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
+/// Pick one batch of `size` resident bytes, from the probation queue first
+/// and then by CLOCK, and evict it. Returns the bytes of usage it freed
+/// (see [`run_protocol`]), or None if no chunk could be taken.
+fn evict_batch(sh: &Shared, clock: &mut Clock, size: u64) -> Option<i64> {
     let regions = sh.snapshot_regions();
     let mut victims = Vec::new();
     let (mut got, mut freed) = (0, None::<i64>);
@@ -338,8 +373,8 @@ fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
     // batch of them is thousands of chunks, each EVICTING (and a read of
     // its other pages waiting) until the batch reaches it: ~5 ms per wait
     // in usemem's mixed read pass, 1.1-1.4 s of it per run.
-    while got < sh.batch_bytes {
-        let want = (sh.batch_bytes - got).min(PROBATION_STEP);
+    while got < size {
+        let want = (size - got).min(PROBATION_STEP);
         let step = take_probation(sh, &regions, want, &mut victims);
         if victims.is_empty() {
             break;
@@ -350,15 +385,21 @@ fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
             break;
         }
     }
-    select(
-        clock,
-        &regions,
-        sh.batch_bytes - got.min(sh.batch_bytes),
-        sh.chunk,
-        &mut victims,
-    );
-    if !victims.is_empty() {
-        *freed.get_or_insert(0) += run_protocol(sh, victims);
+    // The CLOCK's victims a step at a time too: each is EVICTING from its
+    // selection to its zap, and a fault on it waits all that time. Taken
+    // a whole batch at once, a fault parked on one waited 11 ms on average
+    // (usemem's random row: 285 parks, 3.2 s of its threads' time).
+    while got < size {
+        let want = (size - got).min(CLOCK_STEP.max(sh.chunk as u64));
+        let step = select(clock, &regions, want, sh.chunk, &mut victims);
+        if victims.is_empty() {
+            break;
+        }
+        got += step;
+        *freed.get_or_insert(0) += run_protocol(sh, std::mem::take(&mut victims));
+        if step < want {
+            break;
+        }
     }
     if freed.is_some() {
         sh.ctr.evict_batches.fetch_add(1, Relaxed);
@@ -367,18 +408,19 @@ fn evict_batch(sh: &Shared, clock: &mut Clock) -> Option<i64> {
 }
 
 /// Take victims by CLOCK until they hold `want` resident bytes (a PARTIAL
-/// chunk holds its mapped groups) or every chunk was visited as often as it can need.
+/// chunk holds its mapped groups) or every chunk was visited as often as it
+/// can need. Returns the bytes taken.
 fn select(
     clock: &mut Clock,
     regions: &[Arc<RegionInner>],
     want: u64,
     chunk: usize,
     out: &mut Vec<Victim>,
-) {
+) -> u64 {
     let mut got = 0u64;
     let total: usize = regions.iter().map(|r| r.state.len()).sum();
     if total == 0 || want == 0 {
-        return;
+        return 0;
     }
     // Each chunk can need four visits: REF, ACTIVE, REJECTED, then taken.
     let mut budget = 4 * total + 1;
@@ -431,6 +473,7 @@ fn select(
         }
         clock.base = regions[ri].base;
     }
+    got
 }
 
 /// Most entries the probation queue keeps. A live entry is a PARTIAL

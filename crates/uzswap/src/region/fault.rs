@@ -276,10 +276,14 @@ fn resolve_in(
                 // waiter mark tells an evictor that a read waits on its
                 // partial victim (`evict::evict_partial` hands it back).
                 sh.ctr.faults_parked.fetch_add(1, Relaxed);
+                let t = Instant::now();
                 if st == EVICTING {
                     let _ = chunk::park(&r.state[ci]);
                 }
                 chunk::wait_released(&r.state[ci]);
+                sh.ctr
+                    .parked_ns
+                    .fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
             }
             (BUSY | EVICTING, _) => {
                 if chunk::park(&r.state[ci]).is_ok() {

@@ -434,6 +434,12 @@ pub struct UzswapStats {
     pub prefetched: u64,
     /// Faults that found their chunk owned and parked until it was released.
     pub faults_parked: u64,
+    /// Microseconds faulting threads spent parked on an owned chunk (signal
+    /// mode, where the faulting thread itself waits).
+    pub parked_us: u64,
+    /// Microseconds faults spent at the backstop: waiting for room under
+    /// the budget, or evicting to make it.
+    pub backstop_us: u64,
     /// Fault events already resolved by the time they were read.
     pub faults_stale: u64,
     /// Faults a handler resolved for a registered thread on another CPU,
@@ -487,6 +493,8 @@ struct Counters {
     partial_filled: AtomicU64,
     prefetched: AtomicU64,
     faults_parked: AtomicU64,
+    parked_ns: AtomicU64,
+    backstop_ns: AtomicU64,
     faults_stale: AtomicU64,
     faults_dropped: AtomicU64,
     fault_errors: AtomicU64,
@@ -1144,6 +1152,8 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         partial_filled: g(&c.partial_filled),
         prefetched: g(&c.prefetched),
         faults_parked: g(&c.faults_parked),
+        parked_us: g(&c.parked_ns) / 1000,
+        backstop_us: g(&c.backstop_ns) / 1000,
         faults_stale: g(&c.faults_stale),
         faults_remote: sh.locality.remote(),
         handler_standbys: sh.locality.standbys(),
