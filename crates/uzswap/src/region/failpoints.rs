@@ -86,9 +86,10 @@ mod on {
         FAIL_PARTIAL_STORE.store(n, Ordering::Release);
     }
 
-    /// The evictor's next partial victim is held, EVICTING, before it is
-    /// evicted, until a fault waits on it (or 10 s pass); [`holding`] says
-    /// when it is.
+    /// The evictor's next victim is held, EVICTING, before it is evicted
+    /// (a whole chunk after its run's write-protection), until a fault
+    /// waits on it (or 10 s pass); [`holding`] says when it is. Named for
+    /// its first use; it holds whole victims too.
     pub fn hold_partial_evict() {
         HOLDING.store(false, Ordering::Release);
         HOLD_PARTIAL_EVICT.store(true, Ordering::Release);
