@@ -469,7 +469,8 @@ pub struct UzswapStats {
     /// Stores refused (the chunk stayed resident).
     pub evict_aborts: u64,
     pub evict_batches: u64,
-    /// Batches the fault handler ran itself to hold the budget.
+    /// Eviction steps (a probation step's worth, not a whole batch) the
+    /// fault handler ran itself to hold the budget.
     pub evict_inline_batches: u64,
     /// Charge points at which resident + pool was over the budget (0 when
     /// the budget held throughout).
