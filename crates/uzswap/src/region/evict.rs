@@ -18,7 +18,10 @@
 //! thousands of chunks, each EVICTING until the batch gets to it, and a
 //! read of one's other pages waited for that (~5 ms). One that a read
 //! waits on all the same is handed back when its turn comes (it was read
-//! again).
+//! again). The CLOCK's victims go `CLOCK_STEP` at a time for the same
+//! reason, and a whole victim a write waits on is handed back unstored
+//! (`hand_back`). A fault at the backstop evicts one step, not a batch,
+//! and leaves the rest to the evictor thread.
 //!
 //! CLOCK: a chunk is REF when installed (but for a partial chunk's first
 //! group: a single random read is taken for a use-once); the hand clears
