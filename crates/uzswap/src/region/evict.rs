@@ -247,8 +247,9 @@ pub(super) fn backstop(sh: &Shared) {
             None => break,
             Some(freed) if freed < step as i64 / FUTILE_DIVISOR => {
                 // Incompressible chunks free nothing until their copies
-                // reach the device: write back now before giving up.
-                if sh.zswap.reclaim(sh.batch_bytes) > 0 {
+                // reach the device: write back now before giving up, a
+                // step's worth (a batch's was 8 MiB of I/O in one fault).
+                if sh.zswap.reclaim(step) > 0 {
                     continue;
                 }
                 set_futile(sh);
