@@ -130,6 +130,10 @@ pub struct Args {
     /// up to 4).
     #[arg(long)]
     pub handler_threads: Option<usize>,
+    /// uzswap: evictions that may run at once (default: the library's, one
+    /// per handler thread plus the evictor thread's).
+    #[arg(long)]
+    pub evictors: Option<usize>,
     /// uzswap: read faults drop the pool copy instead of keeping it (a
     /// re-eviction of an unwritten chunk then compresses it again).
     #[arg(long)]
@@ -567,6 +571,9 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
             partial_faults: !args.no_partial,
             ..Config::default()
         };
+        if let Some(n) = args.evictors {
+            cfg.evictors = n;
+        }
         cfg.zswap.compressor = args.compressor.clone();
         cfg.zswap.recompress = args.recompress.clone();
         cfg.zswap.huge_arenas = args.huge_arenas;

@@ -227,6 +227,38 @@ fn model_holds_with_spinning_handlers() {
     assert_eq!(bad, 0, "{bad} mismatches in {ops} ops");
 }
 
+/// Several evictions at once (`Config::evictors`): faults at the backstop
+/// evict beside the evictor thread, each taking its victims from the one
+/// CLOCK hand and storing them on its own thread. No chunk may be evicted
+/// by two of them, no write lost, and the headroom kept per eviction holds
+/// the budget.
+#[test]
+fn model_holds_with_several_evictions_at_once() {
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let cfg = Config {
+            budget: 16 << 20,
+            folio_order: 4,
+            handler,
+            handler_threads: 3,
+            evictors: 4,
+            evict_batch_bytes: 1 << 20,
+            ..Config::default()
+        };
+        let (bad, ops, st) = run_model_stats(cfg, 64 << 20, 4, 1.5, 0);
+        assert_eq!(bad, 0, "{handler:?}: {bad} mismatches in {ops} ops");
+        if let Some(st) = st {
+            assert_eq!(st.evictors, 4, "{st:?}");
+            // Faults evicted for themselves, beside the evictor thread.
+            assert!(st.evict_inline_batches > 0, "{handler:?}: {st:?}");
+            assert_eq!(
+                (st.fault_errors, st.budget_overruns),
+                (0, 0),
+                "{handler:?}: {st:?}"
+            );
+        }
+    }
+}
+
 /// A writer increments a counter in every page of one chunk while the
 /// chunk is paged out over and over: a write landing between the read-out
 /// and the zap would be lost, and the writer would see an old count.

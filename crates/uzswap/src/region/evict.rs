@@ -34,25 +34,154 @@
 //! (`uzswap_zpool::zap`):
 //! a chunk stays EVICTING from its store until its zap.
 //!
-//! Locking: `evict_lock` holds the CLOCK hand and serialises batches (the
-//! evictor thread's, the fault handler's backstop, `PageOut` hints). Inside
-//! it, a region's `live` lock is read-held while its chunks are scanned or
-//! evicted. The probation queue's lock is a leaf: faults push under `live`,
-//! so the evictor pops entries and drops the queue's lock before it takes
-//! any `live`. Nothing here waits for a fault handler. A fault at the
-//! backstop takes `evict_lock` with a timeout and, between tries, only
-//! reads the usage counters: it goes ahead once the batch in flight has
-//! made its room, holding no lock (faults never take `evict_lock` under
-//! `live`).
+//! Several evictions at once. Each eviction (the evictor thread's batch, a
+//! fault's step at the backstop, a `PageOut` hint) holds one of the
+//! instance's eviction slots (`Slots`: one per handler thread, and one
+//! for the evictor thread) while it runs. The CLOCK hand is locked only while a step's victims are taken,
+//! not while they are stored: a victim is EVICTING and ours from its
+//! taking, so two evictions never share a chunk, and the stores of
+//! different evictions compress on their own threads at once, as the
+//! kernel's direct reclaimers each compress beside kswapd. Before, one
+//! lock held the hand through the whole protocol: a fault at the backstop
+//! waited for the evictor's batch while a CPU stood idle. Each eviction in
+//! flight has at most one store in flight, so the headroom under the
+//! budget keeps one store margin per slot (`fault_margin`).
+//!
+//! Locking: an eviction slot (waited for, not spun on) → `clock` (the
+//! hand, held only while selecting) → a region's `live` lock (read-held
+//! while its chunks are scanned or evicted). A fork takes every slot
+//! (`Slots::take_all`): no eviction runs while it brings chunks in. The
+//! probation queue's lock is a leaf: faults push under `live`, so an
+//! eviction pops entries and drops the queue's lock before it takes any
+//! `live`. Nothing here waits for a fault handler. A fault at the
+//! backstop waits for a slot with a timeout and, between tries, only
+//! reads the usage counters: it goes ahead once the evictions in flight
+//! have made its room, holding nothing (faults never wait for a slot
+//! under `live`).
 
 use super::chunk::{self, *};
 use super::{RegionInner, Shared};
 use crate::zswap::SwapEntry;
 use crate::PAGE_SIZE;
+use parking_lot::{Condvar, Mutex};
 use std::ops::Range;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Evictions that may run at once, at most: the evictor thread's and one
+/// per thread that may fault at once (`Config::evictors`).
+pub(super) const MAX_EVICTORS: usize = 8;
+
+/// The eviction slots: at most `max` evictions run at once, each holding
+/// a [`Slot`]. A fork closes them all (`take_all`).
+pub(super) struct Slots {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+    max: usize,
+    /// Slots held now, read without the lock (the backstop's count of the
+    /// stores that may be in flight).
+    held: AtomicUsize,
+}
+
+#[derive(Default)]
+struct SlotState {
+    held: usize,
+    /// A fork is taking (or holds) every slot: no new eviction starts.
+    closed: bool,
+}
+
+/// One eviction slot, or (`all`) every slot, held until dropped.
+pub(super) struct Slot<'a> {
+    slots: &'a Slots,
+    all: bool,
+}
+
+impl Slots {
+    pub(super) fn new(max: usize) -> Slots {
+        Slots {
+            state: Mutex::new(SlotState::default()),
+            changed: Condvar::new(),
+            max: max.max(1),
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    pub(super) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Evictions running now.
+    fn in_flight(&self) -> usize {
+        self.held.load(Relaxed)
+    }
+
+    fn free(&self, st: &SlotState) -> bool {
+        !st.closed && st.held < self.max
+    }
+
+    fn grant(&self, st: &mut SlotState) -> Slot<'_> {
+        st.held += 1;
+        self.held.store(st.held, Relaxed);
+        Slot {
+            slots: self,
+            all: false,
+        }
+    }
+
+    /// A slot, waiting as long as it takes.
+    fn take(&self) -> Slot<'_> {
+        let mut st = self.state.lock();
+        while !self.free(&st) {
+            self.changed.wait(&mut st);
+        }
+        self.grant(&mut st)
+    }
+
+    /// A slot, if one frees within `wait`.
+    fn try_take_for(&self, wait: Duration) -> Option<Slot<'_>> {
+        let mut st = self.state.lock();
+        if !self.free(&st) {
+            let _ = self.changed.wait_for(&mut st, wait);
+            if !self.free(&st) {
+                return None;
+            }
+        }
+        Some(self.grant(&mut st))
+    }
+
+    /// Every slot: closes them to new evictions at once (so evictions that
+    /// keep starting cannot starve it), then waits out those in flight.
+    pub(super) fn take_all(&self) -> Slot<'_> {
+        let mut st = self.state.lock();
+        while st.closed {
+            self.changed.wait(&mut st);
+        }
+        st.closed = true;
+        while st.held > 0 {
+            self.changed.wait(&mut st);
+        }
+        Slot {
+            slots: self,
+            all: true,
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let s = self.slots;
+        let mut st = s.state.lock();
+        if self.all {
+            st.closed = false;
+        } else {
+            st.held -= 1;
+            s.held.store(st.held, Relaxed);
+        }
+        drop(st);
+        s.changed.notify_all();
+    }
+}
 
 /// The CLOCK hand: region base address and chunk index.
 #[derive(Default)]
@@ -120,16 +249,30 @@ pub(super) fn store_margin(chunk: usize, huge: bool) -> u64 {
 /// a 1 GiB mixed write under 512 MiB) and made room by writing back 0.4-0.9
 /// MiB each time: 80 MiB of pages the pool had room for, read back from
 /// the device in the read pass.
-pub(super) fn fault_margin(chunk: usize, huge: bool) -> u64 {
-    store_margin(chunk, huge) + SPAN_GROWTH
+///
+/// `evictors`: evictions that may run at once (`Slots`), each with a store
+/// in flight.
+pub(super) fn fault_margin(chunk: usize, huge: bool, evictors: usize) -> u64 {
+    store_margin(chunk, huge) * evictors.max(1) as u64 + SPAN_GROWTH
 }
 
 /// [`fault_margin`] for this instance's pool.
 fn margin(sh: &Shared) -> u64 {
-    fault_margin(sh.chunk, sh.zswap.pool_may_map_huge())
+    fault_margin(sh.chunk, sh.zswap.pool_may_map_huge(), sh.slots.max())
 }
 
-/// The headroom the next store needs now. A huge arena's reserve is already
+/// How many evictions may run at once under `budget`: `want` up to
+/// [`MAX_EVICTORS`], fewer where the headroom their stores need would take
+/// more than 1/64 of the budget from the working set.
+pub(super) fn evictors_for(budget: u64, chunk: usize, huge: bool, want: usize) -> usize {
+    let mut n = want.clamp(1, MAX_EVICTORS);
+    while n > 1 && (n as u64 - 1) * store_margin(chunk, huge) > budget / 64 {
+        n -= 1;
+    }
+    n
+}
+
+/// The headroom one store needs now. A huge arena's reserve is already
 /// charged (it is in `pool_total_size`) and new spans take it before the
 /// pool maps another arena, so only the part of an arena it does not cover
 /// can still appear. Counting a whole arena on top of a reserve that is
@@ -175,9 +318,9 @@ pub(super) fn maybe_kick(sh: &Shared) {
 }
 
 /// Called by the fault handler before installing a chunk: if that would
-/// leave less than the fault margin under the budget, wait for a batch in
-/// flight (which holds `evict_lock`) to make the room, or evict inline, so
-/// resident + pool never exceeds the budget.
+/// leave less than the fault margin under the budget, wait for the
+/// evictions in flight to make the room, or take a slot and evict a step
+/// itself, so resident + pool never exceeds the budget.
 ///
 /// The limit keeps the whole fault margin free (the store margin and one
 /// step of span growth, `fault_margin`), with no credit for a huge arena's
@@ -191,7 +334,8 @@ pub(super) fn maybe_kick(sh: &Shared) {
 /// a store short.
 pub(super) fn backstop(sh: &Shared) {
     // Bringing everything in before a fork (`pin.rs`): the forking thread
-    // holds `evict_lock` and usage may pass the budget until it is done.
+    // holds every eviction slot and usage may pass the budget until it is
+    // done.
     if sh.frozen.load(Acquire) {
         return;
     }
@@ -207,20 +351,17 @@ pub(super) fn backstop(sh: &Shared) {
     // nothing until writeback moves their copies to the device), faults
     // install into the margin without trying; one that would pass the
     // budget itself makes room first, writing back before it evicts. Not
-    // while a batch is in flight: its store needs the margin.
-    let in_flight = if sh.evict_lock.is_locked() {
-        store_need(sh)
-    } else {
-        0
-    };
+    // into the room the stores in flight need.
+    let in_flight = store_need(sh) * sh.slots.in_flight() as u64;
     if futile(sh) && sh.usage() + incoming + in_flight <= sh.cfg.budget {
         return;
     }
-    // A batch in flight uncharges each chunk as its store succeeds: wait
-    // for the room, not for the whole batch (an 8 MiB batch held faults
-    // for 20-30 ms; a store takes tens of microseconds).
-    let mut clock = loop {
-        if let Some(g) = sh.evict_lock.try_lock_for(BACKSTOP_POLL) {
+    // Evict a step beside the evictions in flight, if a slot is free (a
+    // CPU may be idle while this thread waits); else wait for their room,
+    // not for a whole batch (an 8 MiB batch held faults for 20-30 ms; a
+    // store takes tens of microseconds).
+    let slot = loop {
+        if let Some(g) = sh.slots.try_take_for(BACKSTOP_POLL) {
             break g;
         }
         if sh.usage() + incoming <= limit() {
@@ -241,7 +382,7 @@ pub(super) fn backstop(sh: &Shared) {
             continue;
         }
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
-        match evict_batch(sh, &mut clock, step) {
+        match evict_batch(sh, step) {
             // Nothing resident to take: the pool alone fills the budget
             // (no writeback); this fault's chunk is the next victim.
             None => break,
@@ -258,7 +399,7 @@ pub(super) fn backstop(sh: &Shared) {
             Some(_) => {}
         }
     }
-    drop(clock);
+    drop(slot);
     maybe_kick(sh);
 }
 
@@ -288,7 +429,9 @@ fn backstop_step(sh: &Shared, incoming: u64) -> u64 {
 /// effort: where nothing can be freed (no pool to write back) the store
 /// goes ahead, as eviction is then the only way down.
 fn room_for_store(sh: &Shared) {
-    let short = || (sh.usage() + store_need(sh)).saturating_sub(sh.cfg.budget);
+    // Every eviction in flight may be about to store, this one included.
+    let need = store_need(sh) * sh.slots.in_flight().max(1) as u64;
+    let short = || (sh.usage() + need).saturating_sub(sh.cfg.budget);
     if short() == 0 {
         return;
     }
@@ -337,14 +480,14 @@ pub(super) fn evictor_loop(sh: &Shared) {
                 continue;
             }
             let freed = {
-                let mut clock = sh.evict_lock.lock();
+                let _slot = sh.slots.take();
                 // A backstop or a `PageOut` hint may have freed enough
-                // while we waited for the lock: a batch now would evict
+                // while we waited for the slot: a batch now would evict
                 // chunks in use for nothing.
                 if sh.usage() <= sh.low {
                     break;
                 }
-                evict_batch(sh, &mut clock, sh.batch_bytes)
+                evict_batch(sh, sh.batch_bytes)
             };
             if let Some(base) = sh.base_share {
                 super::share::adapt(sh, base);
@@ -367,9 +510,10 @@ pub(super) fn evictor_loop(sh: &Shared) {
 }
 
 /// Pick one batch of `size` resident bytes, from the probation queue first
-/// and then by CLOCK, and evict it. Returns the bytes of usage it freed
-/// (see [`run_protocol`]), or None if no chunk could be taken.
-fn evict_batch(sh: &Shared, clock: &mut Clock, size: u64) -> Option<i64> {
+/// and then by CLOCK, and evict it (the caller holds an eviction slot).
+/// Returns the bytes of usage it freed (see [`run_protocol`]), or None if
+/// no chunk could be taken.
+fn evict_batch(sh: &Shared, size: u64) -> Option<i64> {
     let regions = sh.snapshot_regions();
     let mut victims = Vec::new();
     let (mut got, mut freed) = (0, None::<i64>);
@@ -395,7 +539,9 @@ fn evict_batch(sh: &Shared, clock: &mut Clock, size: u64) -> Option<i64> {
     // (usemem's random row: 285 parks, 3.2 s of its threads' time).
     while got < size {
         let want = (size - got).min(CLOCK_STEP.max(sh.chunk as u64));
-        let step = select(clock, &regions, want, sh.chunk, &mut victims);
+        // The hand is ours only while taking: other evictions' steps take
+        // their victims while this one stores its own.
+        let step = select(&mut sh.clock.lock(), &regions, want, sh.chunk, &mut victims);
         if victims.is_empty() {
             break;
         }
@@ -570,7 +716,7 @@ fn take_probation(
 /// `Advice::PageOut`: evict the resident chunks of `chunks` now.
 pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) {
     let want = (sh.batch_bytes / sh.chunk as u64).max(1) as usize;
-    let _clock = sh.evict_lock.lock();
+    let _slot = sh.slots.take();
     let mut victims = Vec::new();
     for ci in chunks {
         {
@@ -607,19 +753,14 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
 /// region are zapped together (`Zaps`), so the batch pays a TLB shootdown
 /// per up to `ZAP_RANGES` ranges, not one per chunk.
 ///
-/// Returns the usage it freed: resident bytes uncharged minus the pool
-/// pages the stores took. A huge arena mapped during the batch is charged
-/// whole, but its reserve is room for the stores after it, not a cost of
-/// this batch: counted, a compressible batch that happened to open an
-/// arena would read as futile and be answered by writing back.
+/// Returns the usage it freed: resident bytes uncharged minus the
+/// compressed bytes its own stores put in the pool. Not the pool's growth:
+/// other evictions store at the same time, and a huge arena mapped
+/// meanwhile is charged whole though its reserve is room for the stores
+/// after it (counted, a compressible batch that happened to open an arena
+/// would read as futile and be answered by writing back).
 fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
-    // Two loads, not one snapshot: saturating, as an arena mapped between
-    // them shows its reserve without its size.
-    let taken = || {
-        let z = &sh.zswap;
-        z.pool_total_size().saturating_sub(z.pool_reserve_bytes()) as i64
-    };
-    let pool_before = taken();
+    let mut cost = Cost::default();
     let mut uncharged = 0i64;
     let mut zaps = Zaps::default();
     let mut i = 0;
@@ -641,7 +782,7 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
         }
         while i < end {
             if victims[i].from == PARTIAL {
-                uncharged += evict_partial(sh, &victims[i], &mut zaps);
+                uncharged += evict_partial(sh, &victims[i], &mut zaps, &mut cost);
                 i += 1;
             } else {
                 let mut j = i + 1;
@@ -651,7 +792,7 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
                 {
                     j += 1;
                 }
-                uncharged += evict_run(sh, &victims[i..j], &mut zaps);
+                uncharged += evict_run(sh, &victims[i..j], &mut zaps, &mut cost);
                 i = j;
             }
             if zaps.full() {
@@ -662,8 +803,12 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
         drop(live);
     }
     sh.note_peak();
-    uncharged - (taken() - pool_before)
+    uncharged - cost.0 as i64
 }
+
+/// Compressed bytes an eviction's stores put in the pool.
+#[derive(Default)]
+struct Cost(u64);
 
 /// Ranges a batch's zaps gather before one call makes them: bounds how
 /// long a chunk stays stored but still mapped (uncharged, and any thread
@@ -784,7 +929,7 @@ impl Zaps {
 /// Evict one run of contiguous chunks of one region (its `live` lock held
 /// by the caller): store each, or claim a clean one's copy, and gather the
 /// stored ones' zaps. Returns bytes uncharged from resident.
-fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps) -> i64 {
+fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut Cost) -> i64 {
     let r = &run[0].r;
     let chunk = sh.chunk;
     let start = r.chunk_addr(run[0].ci, chunk);
@@ -837,8 +982,9 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps) -> i64 {
         // nothing changes it while the slice lives.
         let data = unsafe { std::slice::from_raw_parts(addr as *const u8, chunk) };
         room_for_store(sh);
-        match sh.zswap.store_folio(first, sh.order, data) {
-            Ok(()) => {
+        match sh.zswap.store_folio_sized(first, sh.order, data) {
+            Ok(bytes) => {
+                cost.0 += bytes;
                 // Charge the store by its delta: the pool just grew by the
                 // compressed size, resident goes down by the chunk now,
                 // before the zap, so the chunk is never counted twice.
@@ -928,7 +1074,7 @@ fn stored_now(sh: &Shared, r: &RegionInner, ci: usize, mask: u16) {
 /// clean copies are claimed (or, where there is none, the page is stored
 /// afresh) and the chunk's zap gathered (its region's `live` lock is held
 /// by the caller). Returns bytes uncharged from resident.
-fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
+fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut Cost) -> i64 {
     let r = &v.r;
     let base = r.chunk_addr(v.ci, sh.chunk);
     super::failpoints::take_hold(|| r.state[v.ci].load(Acquire) & WAITER != 0);
@@ -963,6 +1109,8 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
     }
     let mut taken = Vec::new();
     let mut stored = false;
+    // Counted once the chunk is evicted: an abort drops what it stored.
+    let mut stored_bytes_total = 0u64;
     for i in ranges.into_iter().flatten() {
         let key = first.offset(i as u64);
         if !sh.zswap.claim_clean(key, 0) {
@@ -972,7 +1120,12 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
                 std::slice::from_raw_parts((base + i * PAGE_SIZE) as *const u8, PAGE_SIZE)
             };
             room_for_store(sh);
-            if super::failpoints::take_partial_store() || sh.zswap.store(key, data).is_err() {
+            let stored_bytes = if super::failpoints::take_partial_store() {
+                None
+            } else {
+                sh.zswap.store_folio_sized(key, 0, data).ok()
+            };
+            let Some(bytes) = stored_bytes else {
                 sh.ctr.evict_aborts.fetch_add(1, Relaxed);
                 // Still a valid PARTIAL chunk: mapped and protected; the
                 // copies taken so far are no longer clean copies, so they
@@ -985,11 +1138,13 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
                     sh.wake(base, sh.chunk);
                 }
                 return 0;
-            }
+            };
+            stored_bytes_total += bytes;
             stored = true;
         }
         taken.push(key);
     }
+    cost.0 += stored_bytes_total;
     if !stored {
         sh.ctr.evicted_clean.fetch_add(1, Relaxed);
     }
@@ -1006,4 +1161,60 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps) -> i64 {
         },
     );
     bytes as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    #[test]
+    fn slots_bound_the_evictions_in_flight() {
+        let s = Slots::new(2);
+        let a = s.take();
+        let b = s.try_take_for(Duration::ZERO).expect("a second slot");
+        assert_eq!(s.in_flight(), 2);
+        let t = Instant::now();
+        assert!(s.try_take_for(Duration::from_millis(20)).is_none());
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        drop(a);
+        assert_eq!(s.in_flight(), 1);
+        assert!(s.try_take_for(Duration::ZERO).is_some());
+        drop(b);
+        assert_eq!(s.in_flight(), 0);
+    }
+
+    /// A fork's `take_all` waits out the evictions in flight and lets no
+    /// new one start until it is dropped, however often others try.
+    #[test]
+    fn take_all_waits_for_every_slot_and_closes_them() {
+        let s = Slots::new(3);
+        let held = s.take();
+        let all_taken = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let all = s.take_all();
+                all_taken.store(true, SeqCst);
+                // Closed: nobody else holds or gets a slot.
+                assert_eq!(s.in_flight(), 0);
+                assert!(s.try_take_for(Duration::from_millis(10)).is_none());
+                std::thread::sleep(Duration::from_millis(20));
+                all_taken.store(false, SeqCst);
+                drop(all);
+            });
+            // Once the fork waits, a new eviction may not start.
+            while !s.state.lock().closed {
+                std::thread::yield_now();
+            }
+            assert!(s.try_take_for(Duration::from_millis(10)).is_none());
+            assert!(!all_taken.load(SeqCst), "take_all passed a held slot");
+            drop(held);
+            // Blocks until the fork is done with every slot.
+            let again = s.take();
+            assert!(!all_taken.load(SeqCst), "a slot granted during the fork");
+            drop(again);
+        });
+        assert_eq!(s.in_flight(), 0);
+    }
 }

@@ -7,8 +7,8 @@
 //! when it lets go. So one handler thread suffices for correctness, and the
 //! evictor never depends on a handler to make progress.
 //! Locking: takes a region's `live` lock for reading while resolving in it;
-//! may run one eviction batch inline (taking `evict_lock` first, never while
-//! holding `live`).
+//! may run one eviction step inline (taking an eviction slot first, never
+//! while holding `live`).
 
 use super::chunk::{self, *};
 use super::uffd_sys::{self, Copy};

@@ -107,14 +107,15 @@
 //!
 //! # Lock order
 //! `Shared::mapped` (making, registering and dropping regions) →
-//! `RegionInner::live` (write, at teardown). `evict_lock` (one eviction
-//! batch at a time) → `RegionInner::live` (read: the region's memory and
-//! state stay valid while held). `mapped` is never taken under either; the
+//! `RegionInner::live` (write, at teardown). An eviction slot (`evict.rs`:
+//! a few evictions at once) → `clock` (the CLOCK hand, while victims are
+//! taken) → `RegionInner::live` (read: the region's memory and state stay
+//! valid while held). `mapped` is never taken under any of them; the
 //! fault a registration raises on a hole is resolved by a handler thread,
-//! which takes neither `mapped` nor `evict_lock` to zero-fill. In signal
+//! which takes neither `mapped` nor a slot to zero-fill. In signal
 //! mode (`HandlerMode::Signal`, `sigbus.rs`) the registering thread
-//! resolves that fault itself, under `mapped`, and may take `evict_lock`
-//! (the backstop): `mapped` → `evict_lock` → `live`, still one order. The
+//! resolves that fault itself, under `mapped`, and may take a slot
+//! (the backstop): `mapped` → slot → `live`, still one order. The
 //! `regions` map lock is held alone, to look up or snapshot regions, except
 //! under `sigbus::INSTANCES` (read) when a signal looks up its address.
 //! Chunk states are atomics, never locks.
@@ -203,6 +204,12 @@ pub struct Config {
     pub bind_handlers: bool,
     /// Bytes per eviction batch (0: budget/32 clamped to 1 chunk..8 MiB).
     pub evict_batch_bytes: u64,
+    /// Evictions that may run at once: the evictor thread's and faults'
+    /// at the backstop, each compressing on its own thread (0: one per
+    /// handler thread plus the evictor's, fewer where their headroom would
+    /// pass 1/16 of the budget; at most 8). Each keeps one store's
+    /// headroom under the budget.
+    pub evictors: usize,
     /// Read faults on stored chunks keep the pool copy and install the chunk
     /// write-protected, so evicting it again costs no compression if it was
     /// not written. Costs a write-protect fault on the first write.
@@ -349,6 +356,7 @@ impl Default for Config {
                 .min(4),
             bind_handlers: true,
             evict_batch_bytes: 0,
+            evictors: 0,
             keep_copy: true,
             partial_faults: true,
             zero_fill_around: 2 << 20,
@@ -398,6 +406,8 @@ pub struct UzswapStats {
     pub budget_bytes: u64,
     pub chunk_bytes: u64,
     pub evict_batch_bytes: u64,
+    /// Evictions that may run at once (`Config::evictors`).
+    pub evictors: u64,
     pub high_wmark_bytes: u64,
     pub low_wmark_bytes: u64,
     pub resident_bytes: u64,
@@ -567,9 +577,12 @@ struct Shared {
     own: own::OwnMemory,
     /// Chunks evicted so far: the workingset clock.
     evict_clock: AtomicU64,
-    evict_lock: Mutex<evict::Clock>,
+    /// The CLOCK hand, held only while an eviction takes its victims.
+    clock: Mutex<evict::Clock>,
+    /// Evictions running at once, each holding a slot (`evict.rs`).
+    slots: evict::Slots,
     /// Set while a fork brings every chunk in (`pin.rs`): faults skip the
-    /// backstop, since the forking thread holds `evict_lock` meanwhile.
+    /// backstop, since the forking thread holds every eviction slot.
     frozen: AtomicBool,
     /// Chunks that came in as one random read (a PARTIAL chunk's first
     /// group), oldest first, as (region id, chunk index): the evictor takes
@@ -743,6 +756,15 @@ impl Uzswap {
             (cfg.budget / 32).min(8 << 20)
         };
         let batch_bytes = batch_bytes.max(chunk as u64).next_multiple_of(chunk as u64);
+        let huge = zswap.pool_may_map_huge();
+        let evictors = match cfg.evictors {
+            // One per thread that may fault at once, and the evictor
+            // thread: then a fault at the backstop never waits for another
+            // fault's eviction (docs/BENCHMARKS.md, "Several evictions at
+            // once").
+            0 => evict::evictors_for(cfg.budget, chunk, huge, cfg.handler_threads + 1),
+            n => n.min(evict::MAX_EVICTORS),
+        };
         let (high, low) = if cfg.budget == u64::MAX {
             (u64::MAX, u64::MAX)
         } else {
@@ -751,9 +773,9 @@ impl Uzswap {
             // batch lower. Every byte of headroom is budget the working set
             // does not get: with 1/32 of the budget on top of the batch
             // (35 MiB idle of 512), usemem's skewed reads ran 3-8% slower.
-            let high = cfg.budget.saturating_sub(
-                batch_bytes + evict::fault_margin(chunk, zswap.pool_may_map_huge()),
-            );
+            let high = cfg
+                .budget
+                .saturating_sub(batch_bytes + evict::fault_margin(chunk, huge, evictors));
             (high, high.saturating_sub(batch_bytes))
         };
         // SAFETY: eventfd takes only an initial value and flags.
@@ -790,7 +812,8 @@ impl Uzswap {
             peak: AtomicU64::new(0),
             own: Default::default(),
             evict_clock: AtomicU64::new(0),
-            evict_lock: Mutex::new(evict::Clock::default()),
+            clock: Mutex::new(evict::Clock::default()),
+            slots: evict::Slots::new(evictors),
             frozen: AtomicBool::new(false),
             probation: Mutex::new(std::collections::VecDeque::new()),
             kick: Mutex::new(false),
@@ -980,7 +1003,10 @@ impl Uzswap {
 /// overruns: a budget that cannot be kept is refused, not ignored.
 pub fn min_budget(cfg: &Config) -> u64 {
     let chunk = PAGE_SIZE << cfg.folio_order.min(MAX_ORDER);
-    evict::fault_margin(chunk, cfg.zswap.huge_arenas) + 2 * chunk as u64
+    // One eviction at a time is enough to keep the budget; more run at
+    // once only where the budget has room for their stores (`evictors`).
+    let evictors = cfg.evictors.clamp(1, evict::MAX_EVICTORS);
+    evict::fault_margin(chunk, cfg.zswap.huge_arenas, evictors) + 2 * chunk as u64
 }
 
 /// Register `r` with the userfaultfd and take charge of the pages it has
@@ -1135,6 +1161,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         budget_bytes: sh.cfg.budget,
         chunk_bytes: sh.chunk as u64,
         evict_batch_bytes: sh.batch_bytes,
+        evictors: sh.slots.max() as u64,
         high_wmark_bytes: sh.high,
         low_wmark_bytes: sh.low,
         resident_bytes: g(&sh.resident),

@@ -26,12 +26,12 @@
 //! Without `UFFD_FEATURE_EVENT_FORK` (which an unprivileged process cannot
 //! enable) a child's copy of a region is no longer registered, so a page
 //! evicted at the fork would read as zeros in the child. `prepare_fork`
-//! therefore holds eviction (`evict_lock`, and `Shared::frozen` so faults
+//! therefore holds eviction (every eviction slot, and `Shared::frozen` so faults
 //! skip the backstop) and brings every stored chunk in; the child then
 //! shares every page copy-on-write. The budget is exceeded until the guard
 //! is dropped, when the evictor takes it back down.
 //!
-//! Lock order: `evict_lock` (fork) → `RegionInner::live` (read) →
+//! Lock order: every eviction slot (fork) → `RegionInner::live` (read) →
 //! `RegionInner::pins`. Pages are touched with no lock held: their faults
 //! take `live` themselves.
 
@@ -192,7 +192,7 @@ impl Drop for PinGuard<'_> {
 /// to the parent's threads).
 pub struct ForkGuard<'a> {
     sh: &'a Shared,
-    _clock: parking_lot::MutexGuard<'a, evict::Clock>,
+    _slots: evict::Slot<'a>,
 }
 
 impl Drop for ForkGuard<'_> {
@@ -286,8 +286,8 @@ impl Uzswap {
     pub fn prepare_fork(&self) -> Result<ForkGuard<'_>, RegionError> {
         let sh = &*self.owner.sh;
         sh.frozen.store(true, Release);
-        let clock = sh.evict_lock.lock();
-        let guard = ForkGuard { sh, _clock: clock };
+        let slots = sh.slots.take_all();
+        let guard = ForkGuard { sh, _slots: slots };
         for attempt in 0.. {
             let mut left = 0usize;
             for r in sh.snapshot_regions() {

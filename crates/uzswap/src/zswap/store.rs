@@ -38,23 +38,36 @@ impl Zswap {
     /// The pool may pass its limit by this page until the shrinker catches
     /// up. Only a compression or allocation failure is an error.
     pub fn restore(&self, entry: SwapEntry, page: &[u8]) -> Result<(), StoreError> {
-        self.store_checked(entry, 0, page, false)
+        self.store_checked(entry, 0, page, false).map(drop)
     }
 
     /// Store a folio of `2^order` pages starting at `first` (naturally
     /// aligned), all or nothing.
     pub fn store_folio(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<(), StoreError> {
+        self.store_checked(first, order, data, true).map(drop)
+    }
+
+    /// [`Zswap::store_folio`], returning the compressed bytes it put in the
+    /// pool (0 for same-filled pages). A caller that stores while others do
+    /// too learns what its own stores cost, which the pool's size, moved by
+    /// every store at once, cannot tell it.
+    pub fn store_folio_sized(
+        &self,
+        first: SwapEntry,
+        order: u32,
+        data: &[u8],
+    ) -> Result<u64, StoreError> {
         self.store_checked(first, order, data, true)
     }
 
-    /// `store_folio`; `admit`: whether the pool limit may refuse it.
+    /// `store_folio_sized`; `admit`: whether the pool limit may refuse it.
     fn store_checked(
         &self,
         first: SwapEntry,
         order: u32,
         data: &[u8],
         admit: bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         if order > MAX_ORDER {
             return Err(StoreError::BadOrder(order));
         }
@@ -104,7 +117,8 @@ impl Zswap {
         true
     }
 
-    fn store_pages(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<(), StoreError> {
+    /// Returns the compressed bytes the folio's pool objects hold.
+    fn store_pages(&self, first: SwapEntry, order: u32, data: &[u8]) -> Result<u64, StoreError> {
         let n = 1usize << order;
         let results: Vec<OnceLock<Result<ZswapEntry, StoreError>>> =
             (0..n).map(|_| OnceLock::new()).collect();
@@ -152,15 +166,19 @@ impl Zswap {
             self.account_remove(old);
             self.release(old);
         }
+        let mut bytes = 0u64;
         for e in &entries {
             self.account_add(e);
+            if let Payload::Pool { len, .. } = e.payload {
+                bytes += u64::from(len);
+            }
         }
         Counters::add(&self.counters.zswpout, n as u64);
         self.kick_share_shrink();
         if order > 0 {
             Counters::add(&self.counters.order_zswpout[order as usize], 1);
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Same-filled check, compression, pool allocation for one page. Runs on
