@@ -45,7 +45,8 @@
 //! lock held the hand through the whole protocol: a fault at the backstop
 //! waited for the evictor's batch while a CPU stood idle. Each eviction in
 //! flight has at most one store in flight, so the headroom under the
-//! budget keeps one store margin per slot (`fault_margin`).
+//! budget keeps one store margin per slot (`fault_margin`), and small
+//! budgets keep one slot (`evictors_for`).
 //!
 //! Locking: an eviction slot (waited for, not spun on) → `clock` (the
 //! hand, held only while selecting) → a region's `live` lock (read-held
@@ -261,15 +262,21 @@ fn margin(sh: &Shared) -> u64 {
     fault_margin(sh.chunk, sh.zswap.pool_may_map_huge(), sh.slots.max())
 }
 
-/// How many evictions may run at once under `budget`: `want` up to
-/// [`MAX_EVICTORS`], fewer where the headroom their stores need would take
-/// more than 1/64 of the budget from the working set.
+/// How many evictions may run at once under `budget`: `want` (up to
+/// [`MAX_EVICTORS`]) where the headroom their stores need takes at most
+/// 1/128 of the budget from the working set, else one. Programs near a
+/// cliff pay for every MiB: `bench programs`' sort under 47 MiB took twice
+/// the faults with 2 MiB less, its threads program under 145 MiB 4% more.
+/// Nothing in between: with fewer slots than the faulting threads and the
+/// evictor, a fault waits for another fault's slot, and two slots for two
+/// handlers ran no faster than one (docs/BENCHMARKS.md).
 pub(super) fn evictors_for(budget: u64, chunk: usize, huge: bool, want: usize) -> usize {
-    let mut n = want.clamp(1, MAX_EVICTORS);
-    while n > 1 && (n as u64 - 1) * store_margin(chunk, huge) > budget / 64 {
-        n -= 1;
+    let n = want.clamp(1, MAX_EVICTORS);
+    if (n as u64 - 1) * store_margin(chunk, huge) <= budget / 128 {
+        n
+    } else {
+        1
     }
-    n
 }
 
 /// The headroom one store needs now. A huge arena's reserve is already

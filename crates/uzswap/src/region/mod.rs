@@ -206,8 +206,8 @@ pub struct Config {
     pub evict_batch_bytes: u64,
     /// Evictions that may run at once: the evictor thread's and faults'
     /// at the backstop, each compressing on its own thread (0: one per
-    /// handler thread plus the evictor's, fewer where their headroom would
-    /// pass 1/16 of the budget; at most 8). Each keeps one store's
+    /// handler thread plus the evictor's, or one where their headroom would
+    /// pass 1/128 of the budget; at most 8). Each keeps one store's
     /// headroom under the budget.
     pub evictors: usize,
     /// Read faults on stored chunks keep the pool copy and install the chunk
