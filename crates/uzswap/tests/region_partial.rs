@@ -587,3 +587,31 @@ fn reads_of_memory_left_unwritten_keep_their_copies() {
     assert_eq!(s.reads_writable, 0, "{s:?}");
     assert_eq!(s.faults_wp, 256, "{s:?}");
 }
+
+/// Without `keep_copy` a read keeps no copy, so it installs what a write
+/// would: only its page, writable, its copy taken. (It used to load the
+/// whole chunk for one random read: sixteen pages loaded, and stored again
+/// at the next eviction, per fault.)
+#[test]
+fn without_kept_copies_a_random_read_installs_its_page_alone() {
+    let Some((uz, r)) = stored_region(Config {
+        keep_copy: false,
+        ..cfg()
+    }) else {
+        return;
+    };
+    check(&r, 5);
+    let st = uz.stats();
+    assert_eq!(st.faults_partial, 1, "{st:?}");
+    assert_eq!(r.resident_bytes(), PAGE_SIZE as u64, "{st:?}");
+    assert_eq!(st.zswap.clean_pages, 0, "no copy kept: {st:?}");
+    // Writable: a write takes no second fault.
+    page(&r, 5)[0] ^= 1;
+    page(&r, 5)[0] ^= 1;
+    let st = uz.stats();
+    assert_eq!((st.pgmajfault, st.faults_wp), (1, 0), "{st:?}");
+    // The other pages are still in the pool, and come back intact.
+    for i in (0..PER).filter(|&i| i != 5) {
+        check(&r, i);
+    }
+}

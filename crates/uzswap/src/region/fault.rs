@@ -952,10 +952,18 @@ fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
 /// A read fault on stored data installs as a write would (writable, its
 /// copies taken, not kept clean) while most of what reads install
 /// protected is written soon after (`keep.rs`): each such write cost the
-/// program a second fault.
+/// program a second fault. Without `keep_copy` every read does: it keeps
+/// no copy, so it installs what a write would, and like a write it may
+/// bring in a single group (`sub_chunk`). Left a read there, it loaded the
+/// whole chunk for one random page: usemem's random row with
+/// `--no-keep-copy` ran 22-24 s instead of 1.7-1.9 (16 pages loaded and
+/// stored again per fault).
 fn as_write(sh: &Shared, write: bool) -> bool {
-    if write || !sh.cfg.keep_copy || sh.keep.keeps() {
-        return write;
+    if write || !sh.cfg.keep_copy {
+        return true;
+    }
+    if sh.keep.keeps() {
+        return false;
     }
     sh.ctr.reads_writable.fetch_add(1, Relaxed);
     true
