@@ -36,12 +36,13 @@
 //!
 //! Several evictions at once. Each eviction (the evictor thread's batch, a
 //! fault's step at the backstop, a `PageOut` hint) holds one of the
-//! instance's eviction slots (`Slots`: one per handler thread, and one
-//! for the evictor thread) while it runs. The CLOCK hand is locked only while a step's victims are taken,
-//! not while they are stored: a victim is EVICTING and ours from its
-//! taking, so two evictions never share a chunk, and the stores of
-//! different evictions compress on their own threads at once, as the
-//! kernel's direct reclaimers each compress beside kswapd. Before, one
+//! instance's eviction slots (`Slots`: one per handler thread, and one for
+//! the evictor thread) while it runs. The CLOCK hand is locked only while
+//! a step's victims are taken, not while they are stored: a victim is
+//! EVICTING and ours from its taking, so two evictions never share a
+//! chunk, and the stores of different evictions compress on their own
+//! threads at once, as the kernel's direct reclaimers each compress beside
+//! kswapd. Before, one
 //! lock held the hand through the whole protocol: a fault at the backstop
 //! waited for the evictor's batch while a CPU stood idle. Each eviction in
 //! flight has at most one store in flight, so the headroom under the
@@ -77,19 +78,14 @@ pub(super) const MAX_EVICTORS: usize = 8;
 /// The eviction slots: at most `max` evictions run at once, each holding
 /// a [`Slot`]. A fork closes them all (`take_all`).
 pub(super) struct Slots {
-    state: Mutex<SlotState>,
+    /// A fork is taking (or holds) every slot: no new eviction starts.
+    /// Taking or giving back a slot holds this lock too.
+    closed: Mutex<bool>,
     changed: Condvar,
     max: usize,
-    /// Slots held now, read without the lock (the backstop's count of the
-    /// stores that may be in flight).
+    /// Slots held now: changed under `closed`, read without it (the
+    /// backstop's count of the stores that may be in flight).
     held: AtomicUsize,
-}
-
-#[derive(Default)]
-struct SlotState {
-    held: usize,
-    /// A fork is taking (or holds) every slot: no new eviction starts.
-    closed: bool,
 }
 
 /// One eviction slot, or (`all`) every slot, held until dropped.
@@ -101,7 +97,7 @@ pub(super) struct Slot<'a> {
 impl Slots {
     pub(super) fn new(max: usize) -> Slots {
         Slots {
-            state: Mutex::new(SlotState::default()),
+            closed: Mutex::new(false),
             changed: Condvar::new(),
             max: max.max(1),
             held: AtomicUsize::new(0),
@@ -117,13 +113,14 @@ impl Slots {
         self.held.load(Relaxed)
     }
 
-    fn free(&self, st: &SlotState) -> bool {
-        !st.closed && st.held < self.max
+    /// Whether a slot may be taken now (`closed` is the held lock's value).
+    fn free(&self, closed: bool) -> bool {
+        !closed && self.held.load(Relaxed) < self.max
     }
 
-    fn grant(&self, st: &mut SlotState) -> Slot<'_> {
-        st.held += 1;
-        self.held.store(st.held, Relaxed);
+    /// Called with `closed` locked and a slot free.
+    fn grant(&self) -> Slot<'_> {
+        self.held.fetch_add(1, Relaxed);
         Slot {
             slots: self,
             all: false,
@@ -132,35 +129,35 @@ impl Slots {
 
     /// A slot, waiting as long as it takes.
     fn take(&self) -> Slot<'_> {
-        let mut st = self.state.lock();
-        while !self.free(&st) {
-            self.changed.wait(&mut st);
+        let mut closed = self.closed.lock();
+        while !self.free(*closed) {
+            self.changed.wait(&mut closed);
         }
-        self.grant(&mut st)
+        self.grant()
     }
 
     /// A slot, if one frees within `wait`.
     fn try_take_for(&self, wait: Duration) -> Option<Slot<'_>> {
-        let mut st = self.state.lock();
-        if !self.free(&st) {
-            let _ = self.changed.wait_for(&mut st, wait);
-            if !self.free(&st) {
+        let mut closed = self.closed.lock();
+        if !self.free(*closed) {
+            let _ = self.changed.wait_for(&mut closed, wait);
+            if !self.free(*closed) {
                 return None;
             }
         }
-        Some(self.grant(&mut st))
+        Some(self.grant())
     }
 
     /// Every slot: closes them to new evictions at once (so evictions that
     /// keep starting cannot starve it), then waits out those in flight.
     pub(super) fn take_all(&self) -> Slot<'_> {
-        let mut st = self.state.lock();
-        while st.closed {
-            self.changed.wait(&mut st);
+        let mut closed = self.closed.lock();
+        while *closed {
+            self.changed.wait(&mut closed);
         }
-        st.closed = true;
-        while st.held > 0 {
-            self.changed.wait(&mut st);
+        *closed = true;
+        while self.held.load(Relaxed) > 0 {
+            self.changed.wait(&mut closed);
         }
         Slot {
             slots: self,
@@ -172,14 +169,13 @@ impl Slots {
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         let s = self.slots;
-        let mut st = s.state.lock();
+        let mut closed = s.closed.lock();
         if self.all {
-            st.closed = false;
+            *closed = false;
         } else {
-            st.held -= 1;
-            s.held.store(st.held, Relaxed);
+            s.held.fetch_sub(1, Relaxed);
         }
-        drop(st);
+        drop(closed);
         s.changed.notify_all();
     }
 }
@@ -767,7 +763,8 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
 /// after it (counted, a compressible batch that happened to open an arena
 /// would read as futile and be answered by writing back).
 fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
-    let mut cost = Cost::default();
+    // Compressed bytes this eviction's stores put in the pool.
+    let mut cost = 0u64;
     let mut uncharged = 0i64;
     let mut zaps = Zaps::default();
     let mut i = 0;
@@ -810,12 +807,8 @@ fn run_protocol(sh: &Shared, victims: Vec<Victim>) -> i64 {
         drop(live);
     }
     sh.note_peak();
-    uncharged - cost.0 as i64
+    uncharged - cost as i64
 }
-
-/// Compressed bytes an eviction's stores put in the pool.
-#[derive(Default)]
-struct Cost(u64);
 
 /// Ranges a batch's zaps gather before one call makes them: bounds how
 /// long a chunk stays stored but still mapped (uncharged, and any thread
@@ -936,7 +929,7 @@ impl Zaps {
 /// Evict one run of contiguous chunks of one region (its `live` lock held
 /// by the caller): store each, or claim a clean one's copy, and gather the
 /// stored ones' zaps. Returns bytes uncharged from resident.
-fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut Cost) -> i64 {
+fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i64 {
     let r = &run[0].r;
     let chunk = sh.chunk;
     let start = r.chunk_addr(run[0].ci, chunk);
@@ -991,7 +984,7 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut Cost) -> i
         room_for_store(sh);
         match sh.zswap.store_folio_sized(first, sh.order, data) {
             Ok(bytes) => {
-                cost.0 += bytes;
+                *cost += bytes;
                 // Charge the store by its delta: the pool just grew by the
                 // compressed size, resident goes down by the chunk now,
                 // before the zap, so the chunk is never counted twice.
@@ -1081,7 +1074,7 @@ fn stored_now(sh: &Shared, r: &RegionInner, ci: usize, mask: u16) {
 /// clean copies are claimed (or, where there is none, the page is stored
 /// afresh) and the chunk's zap gathered (its region's `live` lock is held
 /// by the caller). Returns bytes uncharged from resident.
-fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut Cost) -> i64 {
+fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i64 {
     let r = &v.r;
     let base = r.chunk_addr(v.ci, sh.chunk);
     super::failpoints::take_hold(|| r.state[v.ci].load(Acquire) & WAITER != 0);
@@ -1151,7 +1144,7 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut Cost) -> i
         }
         taken.push(key);
     }
-    cost.0 += stored_bytes_total;
+    *cost += stored_bytes_total;
     if !stored {
         sh.ctr.evicted_clean.fetch_add(1, Relaxed);
     }
@@ -1211,7 +1204,7 @@ mod tests {
                 drop(all);
             });
             // Once the fork waits, a new eviction may not start.
-            while !s.state.lock().closed {
+            while !*s.closed.lock() {
                 std::thread::yield_now();
             }
             assert!(s.try_take_for(Duration::from_millis(10)).is_none());

@@ -307,7 +307,7 @@ fn resolve_in(
                         true => Installed::Yes,
                         false => Installed::Failed,
                     }
-                } else if let Some(p) = sub_chunk(sh, r, ci, addr, write, 0) {
+                } else if let Some(p) = sub_chunk(sh, r, ci, addr, 0) {
                     install_group(sh, r, ci, p, 0, write, scratch)
                 } else {
                     install(sh, r, ci, write, false, scratch)
@@ -372,7 +372,7 @@ fn resolve_in(
                 // Another fault in the chunk adds its group while the chunk
                 // looks randomly used; a chunk used in order or at many
                 // places comes in whole.
-                let done = match sub_chunk(sh, r, ci, addr, write, mask) {
+                let done = match sub_chunk(sh, r, ci, addr, mask) {
                     Some(p) => install_group(sh, r, ci, p, mask, write, scratch),
                     None => fill(sh, r, ci, mask, wp || write, scratch),
                 };
@@ -697,22 +697,18 @@ impl Recent {
 /// in for one (usemem's random row, 1 GiB under 762 MiB, 4 workers,
 /// alternating: 377-392 k ops/s before, 455-461 k with the `Recent` check,
 /// 30% fewer pages loaded; a scan entering stored memory from resident
-/// memory pays one more fault, its second group's). A page written back comes in alone too:
-/// a device read of the chunk's slots costs about the same as of one, but
+/// memory pays one more fault, its second group's). A page written back
+/// comes in alone too: a device read of the chunk's slots costs about the
+/// same as of one, but
 /// the whole chunk would be charged for the one page a random read wants,
 /// and under a tight budget those charges evict the hot chunks (measured on
 /// usemem's skewed reads of 1 GiB under 512 MiB with lz4: 216 MB/s with
 /// whole chunks, 261-274 with the page alone, though it reads the device
 /// more often).
-fn sub_chunk(
-    sh: &Shared,
-    r: &RegionInner,
-    ci: usize,
-    addr: usize,
-    write: bool,
-    mask: u16,
-) -> Option<usize> {
-    if (!write && !sh.cfg.keep_copy) || !sh.cfg.partial_faults || sh.order == 0 {
+fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) -> Option<usize> {
+    // Reads and writes alike: a read that keeps no copy reaches here as a
+    // write (`as_write`).
+    if !sh.cfg.partial_faults || sh.order == 0 {
         return None;
     }
     let base = r.chunk_addr(ci, sh.chunk);

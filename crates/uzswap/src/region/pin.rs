@@ -26,8 +26,8 @@
 //! Without `UFFD_FEATURE_EVENT_FORK` (which an unprivileged process cannot
 //! enable) a child's copy of a region is no longer registered, so a page
 //! evicted at the fork would read as zeros in the child. `prepare_fork`
-//! therefore holds eviction (every eviction slot, and `Shared::frozen` so faults
-//! skip the backstop) and brings every stored chunk in; the child then
+//! therefore holds eviction (every eviction slot, and `Shared::frozen` so
+//! faults skip the backstop) and brings every stored chunk in; the child then
 //! shares every page copy-on-write. The budget is exceeded until the guard
 //! is dropped, when the evictor takes it back down.
 //!
