@@ -55,7 +55,8 @@ fn page_out_and_refault_round_trip_every_pattern() {
             r.advise(0..len, Advice::PageOut).unwrap();
             let st = uz.stats();
             assert_eq!(st.resident_bytes, 0, "{pat:?} order {order}: {st:?}");
-            // Read back (clean with keep_copy), page out again, then write.
+            // Read back (protected with keep_copy), page out again, then
+            // write.
             for i in 0..pages {
                 assert!(
                     pat.verify(i as u64, k as u64, page_mut(r.as_ptr(), i)),
@@ -77,7 +78,8 @@ fn page_out_and_refault_round_trip_every_pattern() {
         );
         assert_eq!(st.fault_errors, 0);
         if keep_copy {
-            assert!(st.evicted_clean > 0 && st.faults_wp > 0, "{st:?}");
+            // Reads installed protected; the writes then faulted.
+            assert!(st.faults_wp > 0, "{st:?}");
         }
     }
 }

@@ -552,12 +552,10 @@ fn install(
     scratch: &mut [u8],
 ) -> Installed {
     let base = r.chunk_addr(ci, sh.chunk);
+    // A read installs the chunk write-protected (CLEAN) but keeps no copy
+    // of it: a whole chunk's copy was nearly never claimed (`keep.rs`).
     let keep = sh.cfg.keep_copy && !write;
-    let mode = if keep {
-        LoadMode::KeepClean
-    } else {
-        LoadMode::Exclusive
-    };
+    let mode = LoadMode::Exclusive;
     let first = sh.entry(r, ci);
     if let Err(e) = sh.zswap.load_folio(first, sh.order, scratch, mode) {
         // The stored copy stays where it is; the faulting thread cannot be
@@ -841,9 +839,9 @@ fn install_group(
 }
 
 /// Complete PARTIAL chunk `ci` (BUSY, ours; the groups of `mask` mapped):
-/// install the other pages write-protected, with clean copies (CLEAN), or
-/// for a write taken exclusively, with the mapped pages' copies dropped and
-/// the chunk's protection lifted once every page is in (RESIDENT): no page
+/// load the other pages exclusively and drop the mapped pages' copies;
+/// install the others write-protected (CLEAN), or for a write lift the
+/// chunk's protection once every page is in (RESIDENT): no page
 /// is writable before the chunk is whole, so a failed copy can be unmapped
 /// without losing a write. Returns whether it was completed; if not, the
 /// chunk is back to PARTIAL.
@@ -859,13 +857,10 @@ fn fill(
     let base = r.chunk_addr(ci, sh.chunk);
     let first = sh.entry(r, ci);
     // A chunk with writable groups has no clean copies of them to keep:
-    // completed, it is RESIDENT.
+    // completed, it is RESIDENT. Completed by a read it is CLEAN, and as a
+    // whole chunk read in it keeps no copies (`keep.rs`).
     let write = write || r.state[ci].load(Acquire) & DIRTY != 0;
-    let mode = if write {
-        LoadMode::Exclusive
-    } else {
-        LoadMode::KeepClean
-    };
+    let mode = LoadMode::Exclusive;
     let mapped = chunk::mask_ranges(mask, n);
     let parts = chunk::mask_ranges(!mask, n);
     let is_mapped = |k: SwapEntry| {
@@ -903,10 +898,13 @@ fn fill(
         }
     }
     let clear = PART_BITS | REJECTED;
+    // The mapped pages' copies are gone with the folio's load, but for
+    // those `load_around` left: a written chunk has none, and a CLEAN one
+    // keeps none.
+    for i in mapped.into_iter().flatten() {
+        sh.zswap.invalidate(first.offset(i as u64));
+    }
     if write {
-        for i in mapped.into_iter().flatten() {
-            sh.zswap.invalidate(first.offset(i as u64));
-        }
         if let Err(e) = sh
             .uffd
             .remove_write_protection(base as *mut _, sh.chunk, false)

@@ -17,8 +17,8 @@
 //!   UNTOUCHED --missing fault: zero-fill (BUSY)--------------> RESIDENT
 //!   UNTOUCHED --late registration finds every page there------> RESIDENT
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
-//!   STORED    --missing read fault, keep_copy: load keeping a
-//!               clean copy, install write-protected (BUSY)----> CLEAN
+//!   STORED    --missing read fault, keep_copy: load exclusive,
+//!               install write-protected (BUSY)----------------> CLEAN
 //!   STORED    --missing read fault, partial_faults, off the
 //!               chunk's first page (or on it, the chunk before
 //!               not ending mapped): load that page's group
@@ -36,16 +36,15 @@
 //!   PARTIAL   --write-protect fault on a mapped group: drop its
 //!               copies, unprotect it, REF (BUSY)--------------> PARTIAL(m)+DIRTY
 //!   PARTIAL   --a scan's (or dense) missing read fault, not DIRTY: load the
-//!               rest keeping clean copies, install them
-//!               write-protected (BUSY)-------------------------> CLEAN
+//!               rest exclusive, install it write-protected, drop
+//!               the mapped pages' copies (BUSY)----------------> CLEAN
 //!   PARTIAL   --a scan's write fault, or any scan of a DIRTY
 //!               chunk: load the rest exclusively, install it
 //!               protected, drop the mapped pages' copies,
 //!               unprotect (BUSY)-------------------------------> RESIDENT
-//!   CLEAN     --write-protect fault: drop the copy, unprotect (BUSY)-> RESIDENT
+//!   CLEAN     --write-protect fault: drop any copy, unprotect (BUSY)-> RESIDENT
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
-//!   CLEAN     --evict: claim the copy, zap only (EVICTING)----> STORED
-//!   CLEAN     --evict, copy dropped by the cache: store, zap (EVICTING)-> STORED
+//!   CLEAN     --evict: store, zap (EVICTING)------------------> STORED
 //!   PARTIAL   --evict: write-protect the mapped groups if DIRTY,
 //!               claim their copies (or store them), zap them
 //!               (EVICTING)------------------------------------> STORED
@@ -70,8 +69,9 @@
 //! missing fault and is served from the pool: the write lands on the stored
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
 //! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN
-//! implies mapped and write-protected, with its copy in the cache unless the
-//! cache dropped it for room (`zswap::LoadMode::KeepClean`); PARTIAL(m)
+//! implies mapped and write-protected, with no copy kept (`keep.rs`: whole
+//! chunks' copies were nearly never claimed; the evictor still claims one
+//! where the cache holds it); PARTIAL(m)
 //! implies the pages of the groups in mask m mapped, each either
 //! write-protected with its copy as CLEAN's (or none) or, only with DIRTY,
 //! writable with no copy, and every other page unmapped and in the cache;
@@ -210,9 +210,12 @@ pub struct Config {
     /// pass 1/128 of the budget; at most 8). Each keeps one store's
     /// headroom under the budget.
     pub evictors: usize,
-    /// Read faults on stored chunks keep the pool copy and install the chunk
-    /// write-protected, so evicting it again costs no compression if it was
-    /// not written. Costs a write-protect fault on the first write.
+    /// Read faults on stored memory install it write-protected, so that
+    /// evicting it unwritten costs no protection change, and a random
+    /// read's group (`partial_faults`) keeps its pool copy, so that its
+    /// eviction is a zap. Costs a write-protect fault on the first write;
+    /// reads install writable while many of their installs are written
+    /// (`keep.rs`). Off: reads install as writes do.
     pub keep_copy: bool,
     /// A fault on a stored chunk away from its first page installs only
     /// the faulting page's group (one page in chunks up to 64 KiB) and the

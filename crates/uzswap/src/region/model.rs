@@ -26,7 +26,7 @@
 //! Checked at every step: every read returns the last value written to the
 //! page; at most one actor owns the chunk; a chunk not owned satisfies its
 //! state's invariant (RESIDENT: all mapped, writable; CLEAN: all mapped,
-//! protected, copies equal; PARTIAL(m): the groups of m mapped, each
+//! protected, no copy kept; PARTIAL(m): the groups of m mapped, each
 //! protected with an equal copy or none, or writable with no copy only
 //! under DIRTY, every other page unmapped with its copy; STORED: nothing
 //! mapped, every page's copy there). At the end no actor is left parked
@@ -173,8 +173,10 @@ impl World {
             }
             CLEAN => {
                 for p in 0..P {
-                    if self.mem[p].is_none_or(|m| !m.wp) || self.cache[p].is_none() || !copy_ok(p) {
-                        return bad("CLEAN without every page mapped, protected, with its copy");
+                    if self.mem[p].is_none_or(|m| !m.wp) || self.cache[p].is_some() {
+                        return bad(
+                            "CLEAN without every page mapped and protected, or with a copy",
+                        );
                     }
                 }
             }
@@ -365,9 +367,11 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                             w.mem[p] = Some(Pte { val: v, wp: true });
                         }
                     }
+                    // Loaded exclusively: no copy stays, written or not
+                    // (`keep.rs`).
+                    w.cache = [None; P];
                     if writable {
                         for p in 0..P {
-                            w.cache[p] = None;
                             w.mem[p].as_mut().unwrap().wp = false;
                         }
                         w.hit(if state(prev) == STORED {
