@@ -972,6 +972,7 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i6
         // cache dropped the copy to make room, the chunk is stored like a
         // resident one (the store replaces whatever is left of the copy).
         if v.from == CLEAN && sh.zswap.claim_clean(first, sh.order) {
+            sh.keep.claimed(1 << sh.order);
             stored[k] = true;
             sh.resident.fetch_sub(chunk as u64, Relaxed);
             sh.ctr.evicted_clean.fetch_add(1, Relaxed);
@@ -1113,7 +1114,9 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
     let mut stored_bytes_total = 0u64;
     for i in ranges.into_iter().flatten() {
         let key = first.offset(i as u64);
-        if !sh.zswap.claim_clean(key, 0) {
+        if sh.zswap.claim_clean(key, 0) {
+            sh.keep.claimed(1);
+        } else {
             // SAFETY: the page is mapped (PARTIAL before we took it) and
             // write-protected, and stays so while we hold `live`.
             let data = unsafe {

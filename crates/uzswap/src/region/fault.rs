@@ -956,7 +956,7 @@ fn as_write(sh: &Shared, write: bool) -> bool {
     if write || !sh.cfg.keep_copy {
         return true;
     }
-    if sh.keep.keeps() {
+    if sh.keep.keeps(sh.zswap.clean_dropped()) {
         return false;
     }
     sh.ctr.reads_writable.fetch_add(1, Relaxed);

@@ -17,19 +17,28 @@
 //!
 //! So the instance measures the share of protected installs that a write
 //! reaches, and reads install writable (as writes do; the evictor then
-//! protects and compresses them) while that share is above
-//! `WRITTEN_MAX`, one in eight. The evictor protects a run of contiguous
-//! chunks with one call, so what an unwritten protected install saves is
-//! small, and a write fault costs more than several of those: usemem's
-//! random row (1 GiB under 758 MiB, 4 workers, signal handlers,
-//! alternating) ran 513-633 k ops/s with reads protected up to a written
-//! share of two in three, and 750-910 k with one in eight, its 38-42 k
-//! write-protect faults down to the probes' 2.4-2.7 k. GNU sort, Python
-//! and the threads program of `bench programs` were within noise either
-//! way. One read in `PROBE` installs protected regardless, so the share
-//! stays measured and the policy turns back when the program's pattern
-//! does; counts halve every `WINDOW` protected installs, so the share
-//! follows the recent past.
+//! protects and compresses them) while that share is above a bound. What
+//! an unwritten protected install saves decides the bound. The evictor
+//! protects a run of contiguous chunks with one call, so where nothing
+//! else is saved a write fault costs more than several of those, and the
+//! bound is `WRITTEN_MAX`, one in eight. Where the copies reads keep live
+//! to be claimed by an eviction (at least `CLAIMED_MIN` of the copies
+//! leaving the cache, claimed rather than freed for room), each unwritten
+//! install also saves a store, and under a tight budget that store's pool
+//! growth is a writeback too: the bound is `WRITTEN_MAX_CLAIMED`, two in
+//! three. usemem's random row writes a quarter of what its reads bring
+//! in. At 758 MiB (1 GiB, 4 workers, signal handlers, alternating) its
+//! copies were nearly all freed (0.5 k claimed, 71 k freed), and it ran
+//! 513-633 k ops/s with reads protected, 750-910 k writable, its 38-42 k
+//! write-protect faults down to the probes' 2.4-2.7 k. At 512 MiB a fifth
+//! of them were claimed (33 k claimed, 127 k freed), and writable reads
+//! ran 158-178 k ops/s against 188-195 k protected, storing 15% more
+//! pages and writing 40% more back. GNU sort, Python and the threads
+//! program of `bench programs` were within noise at one in eight. One
+//! read in `PROBE` installs protected regardless, so the shares stay
+//! measured and the policy turns back when the program's pattern does;
+//! counts halve every `WINDOW` protected installs, so they follow the
+//! recent past.
 //!
 //! What a protected install keeps of the copy. A whole chunk (`install`,
 //! and a PARTIAL chunk completed by a read, `fill`) keeps none: it is
@@ -53,14 +62,20 @@
 //! Locking: none; relaxed atomics. Racing updates may lose a count or a
 //! halving, which only blurs an estimate.
 
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Above this share of protected installs written, reads install writable:
 /// a written install costs a round trip, an unwritten one saves the
 /// evictor a share of one protection call, and the round trip costs
 /// several of those.
 const WRITTEN_MAX: (u64, u64) = (1, 8);
+/// The bound while kept copies are claimed: an unwritten install then
+/// saves a store as well.
+const WRITTEN_MAX_CLAIMED: (u64, u64) = (2, 3);
+/// Kept copies count as claimed while at least this share of those leaving
+/// the cache were claimed by an eviction (the rest freed for room).
+const CLAIMED_MIN: (u64, u64) = (1, 8);
 /// Protected installs counted before the share decides anything.
 const EVIDENCE: u64 = 64;
 /// Protected installs after which both counts halve.
@@ -77,13 +92,19 @@ pub(super) struct KeepCopy {
     written: AtomicU32,
     /// Read installs while copies do not pay, for the probe.
     reads: AtomicU32,
+    /// Kept copies claimed by an eviction (pages).
+    claimed: AtomicU32,
+    /// Kept copies the cache freed for room (pages), and the cache's
+    /// running total of those when last looked at.
+    dropped: AtomicU32,
+    dropped_seen: AtomicU64,
 }
 
 impl KeepCopy {
     /// Whether a read install keeps its copy (with `Config::keep_copy`);
     /// counts it if so.
-    pub(super) fn keeps(&self) -> bool {
-        if !self.pays() && !self.reads.fetch_add(1, Relaxed).is_multiple_of(PROBE) {
+    pub(super) fn keeps(&self, dropped_total: u64) -> bool {
+        if !self.pays(dropped_total) && !self.reads.fetch_add(1, Relaxed).is_multiple_of(PROBE) {
             return false;
         }
         self.kept();
@@ -94,7 +115,7 @@ impl KeepCopy {
     /// prefetch, which always keeps them), so its writes weigh against it.
     pub(super) fn kept(&self) {
         if self.kept.fetch_add(1, Relaxed) + 1 >= WINDOW {
-            for c in [&self.kept, &self.written] {
+            for c in [&self.kept, &self.written, &self.claimed, &self.dropped] {
                 c.store(c.load(Relaxed) / 2, Relaxed);
             }
         }
@@ -102,11 +123,27 @@ impl KeepCopy {
 
     /// Whether installing protected has been paying lately: few enough of
     /// those installs were written (true until there is evidence; halving
-    /// keeps at least `WINDOW / 2` counted).
-    pub(super) fn pays(&self) -> bool {
+    /// keeps at least `WINDOW / 2` counted). `dropped_total` is the cache's
+    /// count of clean copies freed for room (`Zswap::clean_dropped`).
+    pub(super) fn pays(&self, dropped_total: u64) -> bool {
+        let seen = self.dropped_seen.swap(dropped_total, Relaxed);
+        let new = dropped_total.saturating_sub(seen).min(u32::MAX as u64) as u32;
+        let dropped = self.dropped.fetch_add(new, Relaxed).saturating_add(new) as u64;
+        let claimed = self.claimed.load(Relaxed) as u64;
         let kept = self.kept.load(Relaxed) as u64;
         let written = self.written.load(Relaxed) as u64;
-        kept < EVIDENCE || written * WRITTEN_MAX.1 <= kept * WRITTEN_MAX.0
+        let (a, b) =
+            if claimed > 0 && claimed * CLAIMED_MIN.1 >= (claimed + dropped) * CLAIMED_MIN.0 {
+                WRITTEN_MAX_CLAIMED
+            } else {
+                WRITTEN_MAX
+            };
+        kept < EVIDENCE || written * b <= kept * a
+    }
+
+    /// An eviction claimed `pages` kept copies (no store needed).
+    pub(super) fn claimed(&self, pages: u32) {
+        self.claimed.fetch_add(pages, Relaxed);
     }
 
     /// A write reached memory installed protected (a write-protect fault).
@@ -122,25 +159,25 @@ mod tests {
     #[test]
     fn reads_install_writable_while_an_eighth_of_installs_are_written() {
         let k = KeepCopy::default();
-        assert!(k.pays(), "no evidence yet: keep, as before");
+        assert!(k.pays(0), "no evidence yet: keep, as before");
         // A scan that writes one page in sixteen of what it read.
         for i in 0..1000 {
-            assert!(k.keeps());
+            assert!(k.keeps(0));
             if i % 16 == 0 {
                 k.written();
             }
         }
-        assert!(k.pays());
+        assert!(k.pays(0));
         // usemem's random row: a quarter of the reads' pages written.
         let k = KeepCopy::default();
         for i in 0..200 {
-            if k.keeps() && i % 4 == 0 {
+            if k.keeps(0) && i % 4 == 0 {
                 k.written();
             }
         }
-        assert!(!k.pays());
+        assert!(!k.pays(0));
         // Not paying: one read in PROBE still installs protected.
-        let kept = (0..PROBE * 4).filter(|_| k.keeps()).count();
+        let kept = (0..PROBE * 4).filter(|_| k.keeps(0)).count();
         assert_eq!(kept, 4);
     }
 
@@ -149,21 +186,52 @@ mod tests {
         let k = KeepCopy::default();
         let mut written = 0;
         for _ in 0..WINDOW {
-            if k.keeps() {
+            if k.keeps(0) {
                 k.written();
                 written += 1;
             }
         }
-        assert!(!k.pays());
+        assert!(!k.pays(0));
         assert!(written < WINDOW / 4, "probes only: {written}");
         // The program turns to reading only: the probes' installs go
         // unwritten and protected installs resume.
         let mut reads = 0;
-        while !k.pays() {
-            k.keeps();
+        while !k.pays(0) {
+            k.keeps(0);
             reads += 1;
             assert!(reads < 64 * WINDOW, "never turned back");
         }
-        assert!(k.keeps());
+        assert!(k.keeps(0));
+    }
+
+    #[test]
+    fn claimed_copies_allow_more_writes_before_reads_go_writable() {
+        // A quarter of the reads' pages written (usemem's random row), and
+        // of every `per` copies leaving the cache one claimed by an
+        // eviction, the rest freed for room. Returns the cache's count of
+        // freed copies at the end.
+        let run = |k: &KeepCopy, per: u32| {
+            let mut dropped = 0u64;
+            for i in 0..400u32 {
+                if i % per == 0 {
+                    k.claimed(1);
+                } else {
+                    dropped += 1;
+                }
+                if k.keeps(dropped) && i % 4 == 0 {
+                    k.written();
+                }
+            }
+            dropped
+        };
+        // Under a tight budget a fifth are claimed: an unwritten install
+        // saves a store, so reads stay protected.
+        let k = KeepCopy::default();
+        let dropped = run(&k, 5);
+        assert!(k.pays(dropped));
+        // Under a roomy one nearly every copy is freed: reads go writable.
+        let k = KeepCopy::default();
+        let dropped = run(&k, 100);
+        assert!(!k.pays(dropped));
     }
 }

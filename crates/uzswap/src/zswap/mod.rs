@@ -523,6 +523,12 @@ impl Zswap {
         }
     }
 
+    /// Clean copies freed for room since the instance began (a relaxed
+    /// load: for a caller weighing whether the copies it keeps are claimed).
+    pub fn clean_dropped(&self) -> u64 {
+        self.counters.clean_dropped.load(Ordering::Relaxed)
+    }
+
     /// Entries currently stored in memory (pool and same-filled); pages
     /// written back to the device are counted in `stats().device_pages`.
     pub fn stored_pages(&self) -> u64 {
