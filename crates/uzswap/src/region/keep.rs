@@ -55,9 +55,11 @@
 //! measured without them, GNU sort under `bench programs` took 13.2-14.6 s
 //! against 9.9-11.9, with 15-25% more faults, twice the probation
 //! evictions and 50% more workingset refaults, though its copies were
-//! claimed about as rarely (1.0 k of 82-101 k). Why the copies steer its
-//! evictions so is not yet understood; they stay where they were measured
-//! to pay.
+//! claimed about as rarely (1.0 k of 82-101 k). The lead: without them
+//! its pool held 10-15% more memory than its objects' bytes all run, the
+//! holes exclusive loads leave, which only writeback walks and the freeing
+//! of clean copies compact (docs/BENCHMARKS.md, "Whole chunks keep no
+//! copy"). They stay where they were measured to pay.
 //!
 //! Locking: none; relaxed atomics. Racing updates may lose a count or a
 //! halving, which only blurs an estimate.
