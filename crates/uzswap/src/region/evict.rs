@@ -927,8 +927,10 @@ impl Zaps {
 }
 
 /// Evict one run of contiguous chunks of one region (its `live` lock held
-/// by the caller): store each, or claim a clean one's copy, and gather the
-/// stored ones' zaps. Returns bytes uncharged from resident.
+/// by the caller): store each and gather the stored ones' zaps. A clean
+/// chunk keeps no copy in the cache (`keep.rs`): it is stored like a
+/// resident one, but needs no write-protection. Returns bytes uncharged
+/// from resident.
 fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i64 {
     let r = &run[0].r;
     let chunk = sh.chunk;
@@ -964,20 +966,6 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i6
             continue;
         }
         let first = sh.entry(r, v.ci);
-        // A clean chunk's copy is claimed (from then on the cache cannot
-        // drop it) and the chunk is zapped with no store. Pages of it that
-        // were on the device stay there: storing them afresh instead (so the
-        // next fault is served from memory) measured slower on usemem
-        // mixed/skew, each re-store pushing another cold page out. If the
-        // cache dropped the copy to make room, the chunk is stored like a
-        // resident one (the store replaces whatever is left of the copy).
-        if v.from == CLEAN && sh.zswap.claim_clean(first, sh.order) {
-            sh.keep.claimed(1 << sh.order);
-            stored[k] = true;
-            sh.resident.fetch_sub(chunk as u64, Relaxed);
-            sh.ctr.evicted_clean.fetch_add(1, Relaxed);
-            continue;
-        }
         // SAFETY: the chunk is mapped (RESIDENT/CLEAN before we took it),
         // stays mapped while we hold `live`, and is write-protected, so
         // nothing changes it while the slice lives.

@@ -391,9 +391,9 @@ fn resolve_in(
                     Own::Owned(live, _) => live,
                 };
                 sh.ctr.faults_wp.fetch_add(1, Relaxed);
+                // The first write to a clean chunk, which keeps no copy in
+                // the cache (`keep.rs`): only its protection goes.
                 copy_written(sh);
-                // The first write to a clean chunk: the pool copy goes stale.
-                sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
                 let base = r.chunk_addr(ci, sh.chunk);
                 if let Err(e) = sh
                     .uffd
@@ -1169,7 +1169,7 @@ pub(super) fn will_need(
         // (a hint, not a fault: the keep policy, `as_write`, judges faults).
         let res = if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_ok() {
             if sh.cfg.keep_copy {
-                sh.keep.kept();
+                sh.keep.kept(sh.zswap.clean_dropped());
             }
             install(sh, r, ci, false, true, &mut scratch)
         } else if let Ok(w) = chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0) {

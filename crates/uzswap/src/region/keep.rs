@@ -96,41 +96,44 @@ pub(super) struct KeepCopy {
     reads: AtomicU32,
     /// Kept copies claimed by an eviction (pages).
     claimed: AtomicU32,
-    /// Kept copies the cache freed for room (pages), and the cache's
-    /// running total of those when last looked at.
-    dropped: AtomicU32,
-    dropped_seen: AtomicU64,
+    /// The cache's count of clean copies freed for room
+    /// (`Zswap::clean_dropped`) less those freed within the window:
+    /// what that count less this is, is the window's.
+    dropped_base: AtomicU64,
 }
 
 impl KeepCopy {
-    /// Whether a read install keeps its copy (with `Config::keep_copy`);
-    /// counts it if so.
+    /// Whether a read installs protected, keeping its group's copies (with
+    /// `Config::keep_copy`); counts it if so. `dropped_total` is the
+    /// cache's count of clean copies freed for room
+    /// (`Zswap::clean_dropped`).
     pub(super) fn keeps(&self, dropped_total: u64) -> bool {
         if !self.pays(dropped_total) && !self.reads.fetch_add(1, Relaxed).is_multiple_of(PROBE) {
             return false;
         }
-        self.kept();
+        self.kept(dropped_total);
         true
     }
 
-    /// Count an install made protected with its copies kept (a read, or a
-    /// prefetch, which always keeps them), so its writes weigh against it.
-    pub(super) fn kept(&self) {
+    /// Count an install made protected (a read, or a prefetch, which always
+    /// is), so its writes weigh against it.
+    pub(super) fn kept(&self, dropped_total: u64) {
         if self.kept.fetch_add(1, Relaxed) + 1 >= WINDOW {
-            for c in [&self.kept, &self.written, &self.claimed, &self.dropped] {
+            for c in [&self.kept, &self.written, &self.claimed] {
                 c.store(c.load(Relaxed) / 2, Relaxed);
             }
+            let base = self.dropped_base.load(Relaxed);
+            let window = dropped_total.saturating_sub(base);
+            self.dropped_base.store(dropped_total - window / 2, Relaxed);
         }
     }
 
     /// Whether installing protected has been paying lately: few enough of
     /// those installs were written (true until there is evidence; halving
-    /// keeps at least `WINDOW / 2` counted). `dropped_total` is the cache's
-    /// count of clean copies freed for room (`Zswap::clean_dropped`).
+    /// keeps at least `WINDOW / 2` counted), the bound depending on whether
+    /// the copies leaving the cache were claimed. Reads only.
     pub(super) fn pays(&self, dropped_total: u64) -> bool {
-        let seen = self.dropped_seen.swap(dropped_total, Relaxed);
-        let new = dropped_total.saturating_sub(seen).min(u32::MAX as u64) as u32;
-        let dropped = self.dropped.fetch_add(new, Relaxed).saturating_add(new) as u64;
+        let dropped = dropped_total.saturating_sub(self.dropped_base.load(Relaxed));
         let claimed = self.claimed.load(Relaxed) as u64;
         let kept = self.kept.load(Relaxed) as u64;
         let written = self.written.load(Relaxed) as u64;

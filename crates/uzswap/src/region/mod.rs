@@ -42,7 +42,7 @@
 //!               chunk: load the rest exclusively, install it
 //!               protected, drop the mapped pages' copies,
 //!               unprotect (BUSY)-------------------------------> RESIDENT
-//!   CLEAN     --write-protect fault: drop any copy, unprotect (BUSY)-> RESIDENT
+//!   CLEAN     --write-protect fault: unprotect (BUSY)-------> RESIDENT
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
 //!   CLEAN     --evict: store, zap (EVICTING)------------------> STORED
 //!   PARTIAL   --evict: write-protect the mapped groups if DIRTY,
@@ -70,8 +70,7 @@
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
 //! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN
 //! implies mapped and write-protected, with no copy kept (`keep.rs`: whole
-//! chunks' copies were nearly never claimed; the evictor still claims one
-//! where the cache holds it); PARTIAL(m)
+//! chunks' copies were nearly never claimed); PARTIAL(m)
 //! implies the pages of the groups in mask m mapped, each either
 //! write-protected with its copy as CLEAN's (or none) or, only with DIRTY,
 //! writable with no copy, and every other page unmapped and in the cache;

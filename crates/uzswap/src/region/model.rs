@@ -334,10 +334,10 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
             let mask = part_mask(prev).unwrap_or(0);
             match state(prev) {
                 CLEAN => {
-                    // The first write to a clean chunk: copies stale.
+                    // The first write to a clean chunk, which keeps no
+                    // copies: only its protection goes.
                     w.hit("CLEAN -> RESIDENT (write-protect fault)");
                     for p in 0..P {
-                        w.cache[p] = None;
                         if let Some(m) = w.mem[p].as_mut() {
                             m.wp = false;
                         }
