@@ -507,3 +507,28 @@ fn concurrent_store_load_invalidate_keeps_content() {
     });
     assert_eq!(mismatches.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn tree_bytes_counts_the_entries_own_memory() {
+    let z = zswap("lz4");
+    assert_eq!(
+        z.stats().tree_bytes,
+        0,
+        "an empty cache's tree holds nothing"
+    );
+    let n = 4096u64;
+    for i in 0..n {
+        let page = folio(Pattern::Text, i, 0, 3);
+        z.store_folio(SwapEntry::new(1, i), 0, &page).unwrap();
+    }
+    let s = z.stats();
+    assert_eq!(s.stored_pages, n);
+    // At least a key and an entry per page, and a ring node per LRU entry;
+    // and not more than a few times that.
+    let floor = n * (8 + 24 + 16);
+    assert!(
+        (floor..8 * floor).contains(&s.tree_bytes),
+        "{} bytes for {n} entries",
+        s.tree_bytes
+    );
+}

@@ -136,6 +136,9 @@ pub struct ZswapStats {
     /// the tree, the shrinker's walks included): a folio
     /// store or load takes one for all its pages (seed 000).
     pub tree_locks: u64,
+    /// Heap bytes of the tree's maps and rings (by capacity): the cache's
+    /// own memory for its entries, outside the pool and the budget.
+    pub tree_bytes: u64,
     /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
     pub mthp: BTreeMap<String, OrderStats>,
     /// Where written-back pages go: "none", "file", "redis", "redis-cluster".
@@ -220,6 +223,7 @@ impl super::Zswap {
         s.shrink_protected = self.tree.lru.protected();
         s.psi_active = self.shrinker_psi_active();
         s.tree_locks = self.tree.lock_count();
+        s.tree_bytes = self.tree.heap_bytes();
         let dev = self.device.as_deref();
         s.writeback_target = dev.map_or("none", |d| d.target_kind());
         if let Some(st) = dev.map(|d| d.stats()) {

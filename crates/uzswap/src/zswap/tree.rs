@@ -133,6 +133,28 @@ impl Tree {
     /// Shards, for walks that visit them by index.
     pub const SHARDS: usize = SHARDS;
 
+    /// Heap bytes the shards' maps and rings hold now, by their capacity
+    /// (what the allocator gave them, not what they use): the cache's own
+    /// memory for its entries, outside the pool and outside the budget.
+    /// Takes each shard lock briefly.
+    pub fn heap_bytes(&self) -> u64 {
+        let node = std::mem::size_of::<Node>();
+        let slot = std::mem::size_of::<(u64, ZswapEntry)>() + 1;
+        let mut b = 0;
+        for s in self.shards.iter() {
+            let s = s.lock();
+            // hashbrown: a power of two of buckets, at most 7/8 of them
+            // used, each a slot and a control byte.
+            let buckets = match s.map.capacity() {
+                0 => 0,
+                c => (c * 8 / 7).next_power_of_two(),
+            };
+            b += (buckets * slot) as u64;
+            b += ((s.lru.ring.capacity() + s.clean.capacity() + s.raw.capacity()) * node) as u64;
+        }
+        b
+    }
+
     /// Visit every shard in turn (stats, teardown). Takes each lock briefly.
     pub fn for_each_shard(&self, mut f: impl FnMut(&mut ShardGuard<'_>)) {
         for i in 0..self.shards.len() {

@@ -89,6 +89,9 @@ const MIN_WRITE_ORDER: u32 = 6;
 /// Compact the pool whenever a walk has freed (written back) or shrunk
 /// (recompressed) objects by this many bytes.
 const COMPACT_EVERY: u64 = 1 << 20;
+/// Most bytes of a run staged and written at once: what a staging buffer
+/// keeps resident between uses (`secret`), so writing back never grows one.
+const STAGE_PIECE: usize = super::secret::STAGING_RESIDENT;
 
 /// Why a walk ended before its scan budget or goal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -423,20 +426,37 @@ impl Zswap {
                 }
                 let map = self.swap_map.as_ref().expect("a device has a swap map");
                 map.hold(&places);
-                let wrote = with_staging(used * PAGE_SIZE, |buf| {
-                    let mut o = 0;
-                    for c in &batch[i..i + n] {
-                        buf[o..o + c.len as usize].copy_from_slice(&c.data[..c.len as usize]);
-                        o += c.len as usize;
+                // The packed image goes out in pieces of at most
+                // `STAGE_PIECE`, each staged, sealed and written in turn:
+                // staged whole, a run of 256 slots held a 1 MiB buffer per
+                // writing thread, outside the budget. Any piece failing
+                // fails the run, as a short write of the whole did.
+                let objs = &batch[i..i + n];
+                let mut wrote = Ok(());
+                for p0 in (0..used * PAGE_SIZE).step_by(STAGE_PIECE) {
+                    let p1 = (p0 + STAGE_PIECE).min(used * PAGE_SIZE);
+                    let first = SwapSlot(slot.0 + (p0 / PAGE_SIZE) as u64);
+                    wrote = with_staging(p1 - p0, |buf| {
+                        for (c, p) in objs.iter().zip(&places) {
+                            let o = (p.slot.0 - slot.0) as usize * PAGE_SIZE + p.off as usize;
+                            let (a, b) = (o.max(p0), (o + c.len as usize).min(p1));
+                            if a < b {
+                                buf[a - p0..b - p0].copy_from_slice(&c.data[a - o..b - o]);
+                            }
+                        }
+                        if let Some(s) = &self.sealer {
+                            // Exhausted nonces (2^56 seals of a slot) fail
+                            // the write like an I/O error: the pages stay
+                            // pooled.
+                            s.seal(first, buf).map_err(|_| ())?;
+                        }
+                        let pages: Vec<&[u8]> = buf.chunks_exact(PAGE_SIZE).collect();
+                        dev.write(first, &pages).map_err(|_| ())
+                    });
+                    if wrote.is_err() {
+                        break;
                     }
-                    if let Some(s) = &self.sealer {
-                        // Exhausted nonces (2^56 seals of a slot) fail the
-                        // write like an I/O error: the pages stay pooled.
-                        s.seal(slot, buf).map_err(|_| ())?;
-                    }
-                    let pages: Vec<&[u8]> = buf.chunks_exact(PAGE_SIZE).collect();
-                    dev.write(slot, &pages).map_err(|_| ())
-                });
+                }
                 if wrote.is_err() {
                     for &p in &places {
                         map.put(dev, p);
