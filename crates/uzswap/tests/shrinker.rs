@@ -377,6 +377,59 @@ fn a_share_run_writes_back_about_the_excess() {
     }
 }
 
+/// A run toward the share stops at the share as it is now, not as it was
+/// when the run began: the front end raises the share while data comes in,
+/// and a run that kept to the old figure wrote back pages the pool then
+/// had room for.
+#[test]
+fn a_share_run_stops_when_the_share_rises() {
+    // No protected region, so one run may take every entry.
+    let z = Arc::new(
+        Zswap::new(ZswapConfig {
+            shrinker_protect: false,
+            ..cfg(u64::MAX, Some(256))
+        })
+        .unwrap(),
+    );
+    z.start_shrinker().unwrap();
+    let n = 16384u64;
+    for i in 0..n {
+        z.store(SwapEntry::new(1, i), &page(i, 13)).unwrap();
+    }
+    // Every entry has had its second chance (a scan of them all rotates
+    // each once), so a run now writes back from its first step.
+    z.shrink(n);
+    let before = z.stats().written_back_pages;
+    // A share of nothing: the shrinker sets out to write everything back.
+    z.set_pool_share_bytes(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while z.stats().written_back_pages == before && Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
+    // The share is raised above the pool as soon as the run is under way.
+    z.set_pool_share_bytes(u64::MAX / 2);
+    let mut last = z.stats().written_back_pages;
+    assert!(last > before, "the run never started");
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = z.stats().written_back_pages;
+        if now == last || Instant::now() > deadline {
+            break;
+        }
+        last = now;
+    }
+    // The batch in flight when the share rose (a 2 MiB group of keys, 512
+    // pages) goes out; a run that kept to the old share wrote 3.5 k.
+    assert!(
+        last - before < n / 8,
+        "{} of {n} pages written back after the share rose above the pool",
+        last - before
+    );
+    for i in 0..n {
+        check(&z, SwapEntry::new(1, i), 13, LoadMode::Exclusive);
+    }
+}
+
 /// Pages stored as is go to the device before compressed ones, however
 /// much older those are: writing a plain page back frees a whole page of
 /// pool for the device read a compressed one costs. They keep their second
