@@ -343,7 +343,13 @@ pub struct Zswap {
     /// Where the shrinker thread starts writing back (`pool_share_bytes`,
     /// adjustable while running).
     share_bytes: AtomicU64,
+    /// Run after each batch a writeback walk writes (`debug_after_writeback`).
+    #[cfg(feature = "failpoints")]
+    wb_hook: WritebackHook,
 }
+
+#[cfg(feature = "failpoints")]
+type WritebackHook = parking_lot::Mutex<Option<Box<dyn Fn(&Zswap) + Send + Sync>>>;
 
 /// What the cache holds, from its counters (relaxed loads, no locks): for
 /// a caller sizing the pool against how densely its pages compress.
@@ -455,6 +461,8 @@ impl Zswap {
             sealer,
             read_latency: Default::default(),
             share_bytes: AtomicU64::new(cfg.pool_share_bytes),
+            #[cfg(feature = "failpoints")]
+            wb_hook: Default::default(),
             cfg,
         })
     }
@@ -590,6 +598,19 @@ pub enum Corruption {
 
 #[cfg(feature = "failpoints")]
 impl Zswap {
+    /// Run `f` on the walking thread after each batch of LRU entries a
+    /// writeback walk writes: a test's way to change the cache's settings
+    /// at a known point of a walk.
+    pub fn debug_after_writeback(&self, f: impl Fn(&Zswap) + Send + Sync + 'static) {
+        *self.wb_hook.lock() = Some(Box::new(f));
+    }
+
+    pub(super) fn run_writeback_hook(&self) {
+        if let Some(f) = &*self.wb_hook.lock() {
+            f(self);
+        }
+    }
+
     /// Damage a stored entry on purpose. Returns false if it is not stored
     /// (or, for `SwapObjectWith`, either entry is same-filled).
     pub fn debug_corrupt(&self, entry: SwapEntry, how: Corruption) -> bool {

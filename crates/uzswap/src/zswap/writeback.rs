@@ -241,6 +241,8 @@ impl Zswap {
             }
             unreturned += self.write_counted(dev, idx, batch, ctx, &mut res);
             self.compact_every(&mut unreturned);
+            #[cfg(feature = "failpoints")]
+            self.run_writeback_hook();
         }
         if unreturned > 0 {
             self.pool.compact();
