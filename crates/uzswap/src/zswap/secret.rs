@@ -7,9 +7,9 @@
 //! so a core dump leaves it out, the key's is also `mlock`ed (best effort:
 //! `RLIMIT_MEMLOCK` may refuse, and the key then relies on DONTDUMP alone
 //! while the kernel's own swap could write it out), and every one is wiped
-//! (`zeroize`) before it is unmapped or handed to its next user. A staging
-//! buffer then gives back the memory of all but its first pages
-//! (`STAGING_RESIDENT`): it is uzswap's own memory, outside the budget.
+//! (`zeroize`) before it is unmapped or handed to its next user. A thread
+//! keeps its staging buffer for the next use only up to `STAGING_RESIDENT`:
+//! it is uzswap's own memory, outside the budget.
 //!
 //! Locking: none. A [`SecretPage`] is owned by one value; a staging buffer
 //! belongs to one thread (thread-local) and is lent to one closure at a
@@ -63,27 +63,6 @@ impl Mapping {
             unsafe { libc::mlock(p, len) };
         }
         Ok(m)
-    }
-
-    /// Give back the memory of the pages from byte `keep` to `end` (both
-    /// rounded up to pages), keeping the mapping: they read as zeros at
-    /// their next use, which faults them in again.
-    fn release(&mut self, keep: usize, end: usize) {
-        let keep = keep.next_multiple_of(PAGE_SIZE);
-        let end = end.next_multiple_of(PAGE_SIZE).min(self.len);
-        if end > keep {
-            // SAFETY: advice on pages of our own mapping, which nothing
-            // borrows now (`&mut self`). It cannot fail on a private
-            // anonymous mapping that is not locked; if it did, the pages
-            // would stay resident, already wiped.
-            unsafe {
-                libc::madvise(
-                    self.ptr.as_ptr().add(keep).cast(),
-                    end - keep,
-                    libc::MADV_DONTNEED,
-                )
-            };
-        }
     }
 
     fn bytes(&mut self) -> &mut [u8] {
@@ -178,17 +157,13 @@ pub(super) fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// A thread's staging buffer is kept for its next use up to this size (a
-/// device write's most: a 2 MiB folio), so it is as large as the largest
-/// write the thread made (the writeback bounds that by the pool limit).
-const KEEP_STAGING: usize = crate::PAGE_SIZE << crate::MAX_ORDER;
-/// Of a kept staging buffer, only this much stays resident between uses;
-/// the rest is given back after each use. Kept whole, the buffers of the
-/// threads that write back held the largest write each made: 1.25 MiB
-/// under `uzswap run --budget 38M -- sort`, outside the budget, where
-/// every MiB more for the program took 2 s off its 14 (docs/BENCHMARKS.md).
-/// Writeback stages runs in pieces of this size, so only a larger caller
-/// faults pages beyond it back in.
+/// A thread's staging buffer is kept for its next use up to this size; a
+/// larger one is unmapped after its use. Writeback stages its runs in
+/// pieces of this size, so it never needs more. Kept at the size of the
+/// largest run (up to a 2 MiB folio), the buffers of the threads that
+/// write back held 1.25 MiB under `uzswap run --budget 38M -- sort`,
+/// outside the budget, where every MiB more for the program took 2 s off
+/// its 14 (docs/BENCHMARKS.md).
 pub(super) const STAGING_RESIDENT: usize = 64 << 10;
 
 thread_local! {
@@ -218,8 +193,7 @@ pub(super) fn with_staging<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     };
     let r = f(&mut map.bytes()[..len]);
     map.bytes()[..len].zeroize();
-    map.release(STAGING_RESIDENT, len);
-    if map.len <= KEEP_STAGING {
+    if map.len <= STAGING_RESIDENT {
         let _ = STAGING.try_with(|s| {
             if let Ok(mut s) = s.try_borrow_mut() {
                 *s = Some(map);
@@ -270,24 +244,18 @@ mod tests {
 
     #[test]
     fn staging_keeps_little_resident_between_uses() {
+        let kept = || STAGING.with(|s| s.borrow().as_ref().map_or(0, |m| m.len));
         let pages = 64;
-        let mut at = 0usize;
-        with_staging(pages * PAGE_SIZE, |b| {
-            b.fill(0x5a);
-            at = b.as_ptr() as usize;
-        });
-        let mut vec = vec![0u8; pages];
-        // SAFETY: the thread's staging mapping is still mapped (kept for
-        // its next use); mincore only reads its residency.
-        let rc = unsafe { libc::mincore(at as *mut _, pages * PAGE_SIZE, vec.as_mut_ptr()) };
-        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
-        let resident = vec.iter().filter(|&&v| v & 1 != 0).count();
+        with_staging(pages * PAGE_SIZE, |b| b.fill(0x5a));
         assert!(
-            resident * PAGE_SIZE <= STAGING_RESIDENT,
-            "{resident} of {pages} pages still resident"
+            kept() <= STAGING_RESIDENT,
+            "{} KiB kept resident after a {pages}-page use",
+            kept() >> 10
         );
         // The next user still gets zeros, all of them.
         with_staging(pages * PAGE_SIZE, |b| assert!(b.iter().all(|&x| x == 0)));
+        with_staging(STAGING_RESIDENT, |b| b.fill(1));
+        assert_eq!(kept(), STAGING_RESIDENT, "a buffer of the kept size stays");
     }
 
     #[test]
