@@ -201,7 +201,8 @@ pub struct Config {
     /// was taken on, which that CPU runs as soon as the faulting thread
     /// blocks: no wake-up of another CPU on the fault's path.
     pub bind_handlers: bool,
-    /// Bytes per eviction batch (0: budget/32 clamped to 1 chunk..8 MiB).
+    /// Bytes per eviction batch (0: budget/64 clamped to 256 KiB..8 MiB, at
+    /// least a chunk).
     pub evict_batch_bytes: u64,
     /// Evictions that may run at once: the evictor thread's and faults'
     /// at the backstop, each compressing on its own thread (0: one per
@@ -755,7 +756,15 @@ impl Uzswap {
         } else if cfg.budget == u64::MAX {
             8 << 20
         } else {
-            (cfg.budget / 32).min(8 << 20)
+            // The evictor holds resident + pool between the two marks, a
+            // batch apart and a batch under the backstop's limit: on
+            // average a batch and a half of the budget sits idle. A 64th
+            // (a 32nd before) leaves small budgets more of it: GNU sort at
+            // 45 MiB 2.1-2.3 -> 1.6-1.9 s, the threads program at 125 MiB
+            // 18.8-19.8 -> 17.6-18.4 s. 8 MiB still from 512 MiB up, where
+            // a smaller batch cost sequential passes 3-8% (usemem index at
+            // 700 MiB with 5.5 MiB batches); docs/BENCHMARKS.md.
+            (cfg.budget / 64).clamp(256 << 10, 8 << 20)
         };
         let batch_bytes = batch_bytes.max(chunk as u64).next_multiple_of(chunk as u64);
         let huge = zswap.pool_may_map_huge();
