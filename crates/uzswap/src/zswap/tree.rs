@@ -237,6 +237,7 @@ impl ShardGuard<'_> {
         if let Some(o) = &old {
             self.tree.len.fetch_sub(1, Ordering::Relaxed);
             left(self.tree, o);
+            self.maybe_filter_ring();
         }
         old
     }
@@ -269,7 +270,21 @@ impl ShardGuard<'_> {
             key: key.0,
             seq: e.lru_seq,
         };
-        self.shard.lru.ring.push_back(node);
+        let s = &mut *self.shard;
+        // A full ring filters its stale nodes instead of doubling where a
+        // quarter of it at least is stale (at most `map.len()` is live):
+        // the ring is memory outside the budget, and doubling one that
+        // is mostly stale held 1.7 nodes per live one under a random
+        // workload (docs/BENCHMARKS.md, "uzswap's own memory").
+        if s.lru.ring.len() == s.lru.ring.capacity()
+            && s.lru.ring.len().saturating_sub(s.map.len()) >= s.lru.ring.len() / 4
+        {
+            let map = &s.map;
+            s.lru
+                .ring
+                .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
+        }
+        s.lru.ring.push_back(node);
         if e.is_raw() {
             self.shard.raw.push_back(node);
         }
@@ -439,24 +454,42 @@ impl ShardGuard<'_> {
     }
 
     /// Drop stale nodes once they outnumber the shard's entries: bounds the
-    /// ring by the map, at O(1) amortised per insert.
+    /// ring by the map, at O(1) amortised per insert or removal. The rings
+    /// and the map also give memory back once they hold under a quarter
+    /// of it (neither shrinks by itself): they are uzswap's own memory,
+    /// outside the budget, and a shard whose pages were loaded back kept
+    /// the capacity of its largest moment.
     fn maybe_filter_ring(&mut self) {
         let s = &mut *self.shard;
         if s.clean.len() > 2 * s.map.len() + RING_SLACK {
             let map = &s.map;
             s.clean
                 .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.clean));
+            shrink_ring(&mut s.clean);
         }
         if s.raw.len() > 2 * s.map.len() + RING_SLACK {
             let map = &s.map;
             s.raw
                 .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
+            shrink_ring(&mut s.raw);
         }
         if s.lru.ring.len() > 2 * s.map.len() + RING_SLACK {
             let map = &s.map;
             s.lru
                 .ring
                 .retain(|n| matches!(map.get(&n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
+            shrink_ring(&mut s.lru.ring);
         }
+        if s.map.capacity() > 4 * s.map.len() + RING_SLACK {
+            s.map.shrink_to(2 * s.map.len());
+        }
+    }
+}
+
+/// Give a ring's memory back down to twice its length where it holds under
+/// a quarter of it.
+fn shrink_ring(ring: &mut std::collections::VecDeque<Node>) {
+    if ring.capacity() > 4 * ring.len() + RING_SLACK {
+        ring.shrink_to(2 * ring.len());
     }
 }
