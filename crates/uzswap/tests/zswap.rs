@@ -533,17 +533,24 @@ fn tree_bytes_counts_the_entries_own_memory() {
     );
 }
 
-/// A cache whose pages went (loaded back, invalidated) gives the tree's
-/// memory back: neither the maps nor the rings shrink by themselves.
-#[test]
-fn tree_bytes_fall_when_entries_go() {
+/// A cache holding pages 0..n of region 1 (one text page each), and its
+/// tree's bytes then.
+fn filled_tree(n: u64) -> (Zswap, u64) {
     let z = zswap("lz4");
-    let n = 8192u64;
     let page = folio(Pattern::Text, 7, 0, 3);
     for i in 0..n {
         z.store_folio(SwapEntry::new(1, i), 0, &page).unwrap();
     }
     let filled = z.stats().tree_bytes;
+    (z, filled)
+}
+
+/// A cache whose pages went (loaded back, invalidated) gives the tree's
+/// memory back: neither the maps nor the rings shrink by themselves.
+#[test]
+fn tree_bytes_fall_when_entries_go() {
+    let n = 8192u64;
+    let (z, filled) = filled_tree(n);
     for i in 0..n {
         if i % 16 != 0 {
             assert!(z.invalidate(SwapEntry::new(1, i)));
@@ -566,13 +573,9 @@ fn tree_bytes_fall_when_entries_go() {
 /// of doubling, so the tree stays near what its live entries need.
 #[test]
 fn tree_bytes_stay_bounded_under_churn() {
-    let z = zswap("lz4");
     let n = 8192u64;
+    let (z, filled) = filled_tree(n);
     let page = folio(Pattern::Text, 7, 0, 3);
-    for i in 0..n {
-        z.store_folio(SwapEntry::new(1, i), 0, &page).unwrap();
-    }
-    let filled = z.stats().tree_bytes;
     // Ten rounds: every other page goes and comes back (a new node each
     // time; the map keeps its keys, so only the rings can grow).
     for round in 0..10u64 {
