@@ -56,9 +56,13 @@ struct Block {
 }
 
 impl Block {
+    /// Where key `off` of the block is or would go: the entries before it.
+    fn rank(&self, off: u32) -> usize {
+        (self.mask & ((1u16 << off) - 1)).count_ones() as usize
+    }
+
     fn index(&self, off: u32) -> Option<usize> {
-        (self.mask & (1 << off) != 0)
-            .then(|| (self.mask & ((1u16 << off) - 1)).count_ones() as usize)
+        (self.mask & (1 << off) != 0).then(|| self.rank(off))
     }
 }
 
@@ -105,7 +109,7 @@ impl Map {
         if let Some(i) = blk.index(off) {
             return Some(std::mem::replace(&mut blk.entries[i], e));
         }
-        let i = (blk.mask & ((1u16 << off) - 1)).count_ones() as usize;
+        let i = blk.rank(off);
         let cap = blk.entries.capacity();
         blk.entries.insert(i, e);
         blk.mask |= 1 << off;
@@ -177,6 +181,12 @@ impl Map {
         (buckets * slot + self.cap * std::mem::size_of::<ZswapEntry>() + self.blocks.len() * 16)
             as u64
     }
+}
+
+/// Whether `n` is the live LRU node of its entry in `map` (a node of the
+/// raw ring is the same node).
+fn live_on_lru(map: &Map, n: &Node) -> bool {
+    matches!(map.get(n.key), Some(e) if e.lru_seq == n.seq && e.on_lru())
 }
 
 /// Give a block's vector back down to twice its length where it holds under
@@ -420,9 +430,7 @@ impl ShardGuard<'_> {
             && s.lru.ring.len().saturating_sub(s.map.len()) >= s.lru.ring.len() / 4
         {
             let map = &s.map;
-            s.lru
-                .ring
-                .retain(|n| matches!(map.get(n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
+            s.lru.ring.retain(|n| live_on_lru(map, n));
         }
         s.lru.ring.push_back(node);
         if e.is_raw() {
@@ -435,14 +443,8 @@ impl ShardGuard<'_> {
     /// the entry leaves both stale.
     pub fn pop_raw(&mut self) -> Option<Node> {
         while let Some(n) = self.shard.raw.pop_front() {
-            if self.is_live(n)
-                && self
-                    .shard
-                    .map
-                    .get(n.key)
-                    .expect("a live node's entry")
-                    .is_raw()
-            {
+            let live_raw = |e: &ZswapEntry| e.lru_seq == n.seq && e.on_lru() && e.is_raw();
+            if self.shard.map.get(n.key).is_some_and(live_raw) {
                 return Some(n);
             }
         }
@@ -464,7 +466,7 @@ impl ShardGuard<'_> {
 
     /// Is `node` the live node of the entry under its key?
     pub fn is_live(&self, node: Node) -> bool {
-        matches!(self.shard.map.get(node.key), Some(e) if e.lru_seq == node.seq && e.on_lru())
+        live_on_lru(&self.shard.map, &node)
     }
 
     /// Give the (live, pool) entry under `key` a new node at the tail. Used
@@ -616,15 +618,12 @@ impl ShardGuard<'_> {
         }
         if s.raw.len() > 2 * s.map.len() + RING_SLACK {
             let map = &s.map;
-            s.raw
-                .retain(|n| matches!(map.get(n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
+            s.raw.retain(|n| live_on_lru(map, n));
             shrink_ring(&mut s.raw);
         }
         if s.lru.ring.len() > 2 * s.map.len() + RING_SLACK {
             let map = &s.map;
-            s.lru
-                .ring
-                .retain(|n| matches!(map.get(n.key), Some(e) if e.lru_seq == n.seq && e.on_lru()));
+            s.lru.ring.retain(|n| live_on_lru(map, n));
             shrink_ring(&mut s.lru.ring);
         }
         s.map.maybe_shrink();

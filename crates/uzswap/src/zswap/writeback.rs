@@ -434,17 +434,27 @@ impl Zswap {
                 // writing thread, outside the budget. Any piece failing
                 // fails the run, as a short write of the whole did.
                 let objs = &batch[i..i + n];
+                // Where object `k` starts in the run: packed back to back.
+                let start = |k: usize| {
+                    (places[k].slot.0 - slot.0) as usize * PAGE_SIZE + places[k].off as usize
+                };
                 let mut wrote = Ok(());
+                // The first object not wholly in an earlier piece.
+                let mut k0 = 0;
                 for p0 in (0..used * PAGE_SIZE).step_by(STAGE_PIECE) {
                     let p1 = (p0 + STAGE_PIECE).min(used * PAGE_SIZE);
                     let first = SwapSlot(slot.0 + (p0 / PAGE_SIZE) as u64);
+                    while k0 < n && start(k0) + objs[k0].len as usize <= p0 {
+                        k0 += 1;
+                    }
                     wrote = with_staging(p1 - p0, |buf| {
-                        for (c, p) in objs.iter().zip(&places) {
-                            let o = (p.slot.0 - slot.0) as usize * PAGE_SIZE + p.off as usize;
-                            let (a, b) = (o.max(p0), (o + c.len as usize).min(p1));
-                            if a < b {
-                                buf[a - p0..b - p0].copy_from_slice(&c.data[a - o..b - o]);
+                        for (k, c) in objs.iter().enumerate().skip(k0) {
+                            let o = start(k);
+                            if o >= p1 {
+                                break;
                             }
+                            let (a, b) = (o.max(p0), (o + c.len as usize).min(p1));
+                            buf[a - p0..b - p0].copy_from_slice(&c.data[a - o..b - o]);
                         }
                         if let Some(s) = &self.sealer {
                             // Exhausted nonces (2^56 seals of a slot) fail
