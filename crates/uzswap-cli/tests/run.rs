@@ -147,18 +147,14 @@ fn system_calls_fork_and_mappings_on_evicted_memory() {
     }
 }
 
-/// The non-root path: a user made for the test, with no access to
-/// /dev/userfaultfd, gets `UFFD_USER_MODE_ONLY`; the library pins the
-/// buffers of system calls, and nothing fails.
-#[test]
-fn an_unprivileged_user_gets_the_same_bytes() {
-    let (Some(py), true) = (python(), userfaultfd_works()) else {
-        return;
-    };
+/// The test user (made here, without access to /dev/userfaultfd) and the
+/// command prefix that runs as it, or None with the reason printed. Every
+/// path in `reach` must be reachable by other users.
+fn unprivileged_user(reach: &[String]) -> Option<[&'static str; 9]> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipping: making a test user needs root");
-        return;
+        return None;
     }
     let user = "uzswap-test";
     let _ = Command::new("useradd")
@@ -173,11 +169,12 @@ fn an_unprivileged_user_gets_the_same_bytes() {
     let id = Command::new("id").args(["-u", user]).output().unwrap();
     if !id.status.success() {
         eprintln!("skipping: useradd could not make {user}");
-        return;
+        return None;
     }
-    // The test binaries and scripts must be reachable by that user.
-    for p in [uzswap().to_string(), script("syscalls.py")] {
-        let mut d = Path::new(&p).parent();
+    let mut all = vec![uzswap().to_string()];
+    all.extend_from_slice(reach);
+    for p in &all {
+        let mut d = Path::new(p).parent();
         while let Some(dir) = d {
             if std::fs::metadata(dir).is_ok_and(|m| {
                 std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o001 == 0
@@ -186,12 +183,12 @@ fn an_unprivileged_user_gets_the_same_bytes() {
                     "skipping: {} is not reachable by other users",
                     dir.display()
                 );
-                return;
+                return None;
             }
             d = dir.parent();
         }
     }
-    let pre = [
+    Some([
         "setpriv",
         "--reuid",
         user,
@@ -201,7 +198,20 @@ fn an_unprivileged_user_gets_the_same_bytes() {
         "--reset-env",
         "env",
         "TMPDIR=/tmp",
-    ];
+    ])
+}
+
+/// The non-root path: a user made for the test, with no access to
+/// /dev/userfaultfd, gets `UFFD_USER_MODE_ONLY`; the library pins the
+/// buffers of system calls, and nothing fails.
+#[test]
+fn an_unprivileged_user_gets_the_same_bytes() {
+    let (Some(py), true) = (python(), userfaultfd_works()) else {
+        return;
+    };
+    let Some(pre) = unprivileged_user(&[script("syscalls.py")]) else {
+        return;
+    };
     for name in ["syscalls.py", "mappings.py"] {
         let s = script(name);
         let o = run(&pre, &["--budget", "32M", "--json", "--", py, &s, "64"]);
@@ -214,6 +224,82 @@ fn an_unprivileged_user_gets_the_same_bytes() {
         assert_eq!(p["kernel_faults"], "not-served", "{p}");
         assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{p}");
     }
+}
+
+/// glibc's own system calls on region memory, which no wrapper of a
+/// dynamic symbol sees: stdio reading and writing large requests straight
+/// between the caller's buffer and the kernel, filling and flushing a
+/// stream's buffer, `readdir`, `getcwd(NULL, 0)` (`streams.c`), and GNU
+/// sort, which `fread`s its input into a fresh heap buffer. Where the
+/// kernel's faults are not served (user mode only, as root and as a real
+/// unprivileged user; signal mode) each of these failed with EFAULT
+/// ("sort: read failed: ...: Bad address") before the library kept stdio's
+/// and the directory calls' buffers out of its regions.
+#[test]
+fn stdio_and_directory_streams_on_every_open_path() {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-streams-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let open = |p: &Path| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap()
+    };
+    open(&dir);
+    let bin = dir.join("streams");
+    let st = Command::new(cc)
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(programs().join("streams.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling streams.c");
+    let bin = bin.to_str().unwrap().to_string();
+    // sort's input: 4 MiB of lines; with its line records and merge space
+    // sort uses more than the budget.
+    let input = dir.join("input.txt");
+    let mut text = String::with_capacity(4 << 20);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while text.len() < 4 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("{:016x} {} line {}\n", x, x % 1000, text.len()));
+    }
+    std::fs::write(&input, &text).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    let want_sorted = lines.join("\n") + "\n";
+    let input = input.to_str().unwrap().to_string();
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    let cases: Vec<(&[&str], &[&str])> = {
+        let mut v: Vec<(&[&str], &[&str])> = vec![
+            (&[], &[]),
+            (&[], &["--user-mode"]),
+            (&[], &["--handler", "signal"]),
+        ];
+        if let Some(pre) = &user {
+            v.push((&pre[..], &[]));
+        }
+        v
+    };
+    for (pre, extra) in cases {
+        let what = format!("{pre:?} {extra:?}");
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        open(&work);
+        let mut args = vec!["--budget", "6M", "--stats", "/dev/null"];
+        args.extend_from_slice(extra);
+        let mut a = args.clone();
+        a.extend_from_slice(&["--", &bin, work.to_str().unwrap(), "16"]);
+        assert_eq!(ok(&run(pre, &a), &what), "ok\n", "{what}");
+        std::fs::remove_dir_all(&work).unwrap();
+        let mut a = args.clone();
+        a.extend_from_slice(&["--", "env", "LC_ALL=C", "sort", "-S", "16M", &input]);
+        let out = ok(&run(pre, &a), &format!("sort {what}"));
+        assert!(out == want_sorted, "sort {what}: output differs");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

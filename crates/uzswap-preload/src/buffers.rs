@@ -17,16 +17,16 @@ use libc::{c_void, iovec, msghdr, sockaddr, socklen_t};
 type Ssize = isize;
 
 /// Pins held for one call.
-struct Pins(Vec<uzswap::region::PinGuard<'static>>);
+pub(crate) struct Pins(Vec<uzswap::region::PinGuard<'static>>);
 
 impl Pins {
-    fn new() -> Option<Pins> {
+    pub(crate) fn new() -> Option<Pins> {
         crate::active()
             .filter(|st| st.pin_buffers)
             .map(|_| Pins(Vec::new()))
     }
 
-    fn add(&mut self, p: *const c_void, len: usize, write: bool) {
+    pub(crate) fn add(&mut self, p: *const c_void, len: usize, write: bool) {
         if p.is_null() || len == 0 {
             return;
         }

@@ -12,6 +12,8 @@
 //!   carved out of a few large registered regions (registrations are few);
 //! - `buffers`: system calls that take user buffers, which pin them
 //!   resident where the kernel does not hand us its faults;
+//! - `streams`: stdio and directory streams, and the libc calls that fill
+//!   buffers they allocate, on that same path;
 //! - `fork`: a child gets every byte its parent had;
 //! - `report`: the figures written at exit.
 //!
@@ -30,6 +32,7 @@ mod config;
 mod fork;
 mod real;
 mod report;
+mod streams;
 mod vma;
 
 use std::cell::Cell;
@@ -244,6 +247,7 @@ extern "C" fn init() {
     });
     alloc::configure_mimalloc();
     STATE.store(Box::into_raw(st), Release);
+    streams::init(pin_buffers);
     report::arm();
     // The main thread is the program's once initialisation is over.
     drop(_g);

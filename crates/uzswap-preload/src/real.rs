@@ -3,6 +3,7 @@
 //! anything is resolved); the rest are looked up with `dlsym(RTLD_NEXT)`
 //! once, at initialisation, with the re-entry guard up (dlsym allocates).
 
+use libc::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
 extern "C" {
@@ -117,6 +118,10 @@ type Ssize = isize;
 type Iov = *const libc::iovec;
 
 pub type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
+pub type GlobErr = Option<unsafe extern "C" fn(*const c_char, c_int) -> c_int>;
+pub type FtsCmp = Option<unsafe extern "C" fn(*const *const c_void, *const *const c_void) -> c_int>;
+type Str = *const c_char;
+type File = *mut libc::FILE;
 
 real_fns! {
     pthread_create: unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> i32;
@@ -139,4 +144,44 @@ real_fns! {
     sendto: unsafe extern "C" fn(i32, *const libc::c_void, usize, i32, *const libc::sockaddr, libc::socklen_t) -> Ssize;
     sendmsg: unsafe extern "C" fn(i32, *const libc::msghdr, i32) -> Ssize;
     getrandom: unsafe extern "C" fn(*mut libc::c_void, usize, u32) -> Ssize;
+    // Streams (`streams.rs`).
+    fopen: unsafe extern "C" fn(Str, Str) -> File;
+    fopen64: unsafe extern "C" fn(Str, Str) -> File;
+    fdopen: unsafe extern "C" fn(c_int, Str) -> File;
+    freopen: unsafe extern "C" fn(Str, Str, File) -> File;
+    freopen64: unsafe extern "C" fn(Str, Str, File) -> File;
+    tmpfile: unsafe extern "C" fn() -> File;
+    tmpfile64: unsafe extern "C" fn() -> File;
+    popen: unsafe extern "C" fn(Str, Str) -> File;
+    fclose: unsafe extern "C" fn(File) -> c_int;
+    fread: unsafe extern "C" fn(*mut c_void, usize, usize, File) -> usize;
+    fread_unlocked: unsafe extern "C" fn(*mut c_void, usize, usize, File) -> usize;
+    fwrite: unsafe extern "C" fn(*const c_void, usize, usize, File) -> usize;
+    fwrite_unlocked: unsafe extern "C" fn(*const c_void, usize, usize, File) -> usize;
+    fputs: unsafe extern "C" fn(Str, File) -> c_int;
+    fputs_unlocked: unsafe extern "C" fn(Str, File) -> c_int;
+    puts: unsafe extern "C" fn(Str) -> c_int;
+    setvbuf: unsafe extern "C" fn(File, *mut c_char, c_int, usize) -> c_int;
+    setbuffer: unsafe extern "C" fn(File, *mut c_char, usize);
+    opendir: unsafe extern "C" fn(Str) -> *mut libc::DIR;
+    fdopendir: unsafe extern "C" fn(c_int) -> *mut libc::DIR;
+    getcwd: unsafe extern "C" fn(*mut c_char, usize) -> *mut c_char;
+    realpath: unsafe extern "C" fn(Str, *mut c_char) -> *mut c_char;
+    canonicalize_file_name: unsafe extern "C" fn(Str) -> *mut c_char;
+    glob: unsafe extern "C" fn(Str, c_int, GlobErr, *mut libc::glob_t) -> c_int;
+    glob64: unsafe extern "C" fn(Str, c_int, GlobErr, *mut libc::glob64_t) -> c_int;
+    fts_open: unsafe extern "C" fn(*const *mut c_char, c_int, FtsCmp) -> *mut c_void;
+    fts_read: unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+    fts_children: unsafe extern "C" fn(*mut c_void, c_int) -> *mut c_void;
+    getpwnam: unsafe extern "C" fn(Str) -> *mut libc::passwd;
+    getpwuid: unsafe extern "C" fn(libc::uid_t) -> *mut libc::passwd;
+    getgrnam: unsafe extern "C" fn(Str) -> *mut libc::group;
+    getgrgid: unsafe extern "C" fn(libc::gid_t) -> *mut libc::group;
+    getpwnam_r: unsafe extern "C" fn(Str, *mut libc::passwd, *mut c_char, usize, *mut *mut libc::passwd) -> c_int;
+    getpwuid_r: unsafe extern "C" fn(libc::uid_t, *mut libc::passwd, *mut c_char, usize, *mut *mut libc::passwd) -> c_int;
+    getgrnam_r: unsafe extern "C" fn(Str, *mut libc::group, *mut c_char, usize, *mut *mut libc::group) -> c_int;
+    getgrgid_r: unsafe extern "C" fn(libc::gid_t, *mut libc::group, *mut c_char, usize, *mut *mut libc::group) -> c_int;
+    getaddrinfo: unsafe extern "C" fn(Str, Str, *const libc::addrinfo, *mut *mut libc::addrinfo) -> c_int;
+    getnameinfo: unsafe extern "C" fn(*const libc::sockaddr, libc::socklen_t, *mut c_char, libc::socklen_t, *mut c_char, libc::socklen_t, c_int) -> c_int;
+    gethostbyname: unsafe extern "C" fn(Str) -> *mut libc::hostent;
 }

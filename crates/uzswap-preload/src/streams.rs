@@ -1,0 +1,453 @@
+//! stdio and directory streams, and the other libc calls that allocate a
+//! buffer and hand it to the kernel themselves, where the kernel does not
+//! hand us the faults it takes inside a system call
+//! (`KernelFaults::NotServed`: `UFFD_USER_MODE_ONLY`, or signal mode).
+//!
+//! The wrappers in `buffers` see only the system calls a program makes
+//! through their dynamic symbols. glibc's own calls go straight to the
+//! kernel: stdio fills and drains a `FILE`'s buffer with its internal
+//! `read`/`write`, reads a large `fread` straight into the caller's buffer
+//! and writes a large `fwrite` straight from it; `readdir` fills the
+//! `DIR`'s buffer with `getdents64`; `getcwd(NULL, 0)`, `realpath` and the
+//! name-service lookups allocate a buffer and have the kernel fill it. On
+//! this path each of those failed with EFAULT where the buffer was evicted
+//! or never touched: GNU sort, which `fread`s its input into a fresh heap
+//! buffer, stopped at once with "read failed: Bad address", and an output
+//! stream whose buffer was evicted before its flush would lose its data.
+//!
+//! So on this path:
+//! - the buffers stdio and the directory calls allocate come from glibc's
+//!   heap, outside every region: each stream is given its buffer as it is
+//!   opened (`_IO_doallocbuf`, what stdio's first read or write would do),
+//!   with the re-entry guard up, so the allocation is not the program's;
+//!   the standard streams get theirs at initialisation. They are small (a
+//!   block each) and uzswap's own memory, outside the budget;
+//! - a buffer the program gives a stream (`setvbuf`) is pinned while the
+//!   stream uses it;
+//! - `fread`/`fwrite`/`fputs`/`puts` pin the caller's bytes where stdio
+//!   would move them in one direct transfer (a request of at least the
+//!   stream's buffer size, glibc's rule);
+//! - the calls that allocate and then fill (`getcwd`, `realpath`, `glob`,
+//!   `fts`, the passwd/group/host lookups) run with the guard up, so what
+//!   they allocate is glibc's (our `free` and `realloc` take either kind).
+//!
+//! What is still not covered (docs/ARCHITECTURE.md): the printf family
+//! writing one argument of at least a buffer's size (variadic, and it
+//! reaches stdio internally), streams libc opens and reads internally
+//! outside these calls (`getmntent`), and `scandir`/`nftw`, whose callbacks
+//! are the program's code and must not run with the guard up. Where faults
+//! are served (root, or a member of `uzswap setup`'s group) none of this
+//! runs: each wrapper costs a load and a branch.
+//!
+//! Locking: the table of pinned stream buffers is a leaf lock; pins are
+//! made with it released.
+
+use crate::buffers::Pins;
+use crate::{real, Internal};
+use libc::{c_char, c_int, c_void, size_t, FILE};
+use parking_lot::Mutex;
+
+/// The start of glibc's `struct _IO_FILE` (<bits/types/struct_FILE.h>, an
+/// ABI glibc keeps): enough to read the stream's buffer bounds.
+#[repr(C)]
+struct FileHead {
+    flags: c_int,
+    read_ptr: *mut c_char,
+    read_end: *mut c_char,
+    read_base: *mut c_char,
+    write_base: *mut c_char,
+    write_ptr: *mut c_char,
+    write_end: *mut c_char,
+    buf_base: *mut c_char,
+    buf_end: *mut c_char,
+}
+
+extern "C" {
+    /// Give a stream its buffer now, as its first read or write would.
+    fn _IO_doallocbuf(fp: *mut FILE);
+    fn flockfile(fp: *mut FILE);
+    fn funlockfile(fp: *mut FILE);
+    static mut stdin: *mut FILE;
+    static mut stdout: *mut FILE;
+    static mut stderr: *mut FILE;
+}
+
+/// Whether this call needs the streams' measures: an active instance whose
+/// kernel faults are not served, on a program thread.
+fn guarded() -> bool {
+    crate::active().is_some_and(|st| st.pin_buffers)
+}
+
+/// The stream's buffer size (0: none yet). stdio moves a request of at
+/// least this many bytes (or any, without a buffer) in one direct
+/// transfer between the caller's memory and the kernel.
+///
+/// # Safety
+/// `fp` is a valid stream.
+unsafe fn block_size(fp: *mut FILE) -> usize {
+    if fp.is_null() {
+        return 0;
+    }
+    // SAFETY: a valid stream starts with this header.
+    let h = unsafe { &*(fp as *const FileHead) };
+    (h.buf_end as usize).saturating_sub(h.buf_base as usize)
+}
+
+/// Whether a transfer of `n` bytes through `fp` may go straight between
+/// the caller's memory and the kernel (glibc's `_IO_file_xsgetn` and
+/// `_IO_new_file_xsputn`: whole blocks of a request that does not fit the
+/// buffer go direct; with no buffer, everything does).
+///
+/// # Safety
+/// `fp` is a valid stream.
+unsafe fn direct(fp: *mut FILE, n: usize) -> bool {
+    // SAFETY: the caller's stream.
+    let b = unsafe { block_size(fp) };
+    n > 0 && (b == 0 || n >= b)
+}
+
+/// Give stream `fp` its buffer from glibc's heap now (the guard is up in
+/// the caller). A stream that has one keeps it.
+///
+/// # Safety
+/// `fp` is null or a valid stream.
+unsafe fn own_buffer(fp: *mut FILE) {
+    if fp.is_null() {
+        return;
+    }
+    // SAFETY: a valid stream; stdio's own allocation, under the stream's
+    // lock as stdio takes it.
+    unsafe {
+        flockfile(fp);
+        _IO_doallocbuf(fp);
+        funlockfile(fp);
+    }
+}
+
+/// At initialisation, on this path: the standard streams' buffers come
+/// from glibc's heap (stdio would allocate them at their first use, from
+/// the program's, in a region).
+pub fn init(pin_buffers: bool) {
+    if !pin_buffers {
+        return;
+    }
+    let _g = Internal::enter();
+    // SAFETY: glibc's standard streams, valid for the process's life.
+    unsafe {
+        own_buffer(stdin);
+        own_buffer(stdout);
+        own_buffer(stderr);
+    }
+}
+
+fn errno_enosys<T>(v: T) -> T {
+    crate::set_errno(libc::ENOSYS);
+    v
+}
+
+/// Buffers programs gave their streams (`setvbuf`), pinned while the
+/// stream lives: (stream, pin).
+static USER_BUFFERS: Mutex<Vec<(usize, uzswap::region::PinGuard<'static>)>> =
+    Mutex::new(Vec::new());
+
+/// Stream `fp` now uses `buf..buf+len` (null: its own buffer): pin the
+/// program's, drop any pin of the buffer it had.
+fn set_user_buffer(fp: *mut FILE, buf: *mut c_char, len: usize) {
+    let pin = if buf.is_null() || len == 0 || !crate::vma::in_regions(buf as usize) {
+        None
+    } else {
+        crate::active().map(|st| {
+            let _g = Internal::enter();
+            (fp as usize, st.uz.pin(buf as usize, len, true))
+        })
+    };
+    let old: Vec<_> = {
+        let mut t = USER_BUFFERS.lock();
+        let old = t
+            .iter()
+            .position(|(f, _)| *f == fp as usize)
+            .map(|i| t.swap_remove(i));
+        if let Some(p) = pin {
+            t.push(p);
+        }
+        old.into_iter().collect()
+    };
+    let _g = Internal::enter();
+    drop(old);
+}
+
+/// A call that allocates (a stream, a directory stream, a result) and then
+/// has the kernel fill or drain what it allocated: with the guard up its
+/// allocations are glibc's, outside every region.
+macro_rules! outside {
+    ($name:ident($($a:ident: $t:ty),*) -> $r:ty, $fail:expr) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            let _g = guarded().then(Internal::enter);
+            match real::$name() {
+                // SAFETY: the caller's arguments, to the function we stand
+                // in front of.
+                Some(f) => unsafe { f($($a),*) },
+                None => errno_enosys($fail),
+            }
+        }
+    };
+}
+
+/// A call that opens a stream: its buffer is given at once, from glibc.
+macro_rules! opens {
+    ($name:ident($($a:ident: $t:ty),*)) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> *mut FILE {
+            let g = guarded();
+            let _g = g.then(Internal::enter);
+            let fp = match real::$name() {
+                // SAFETY: the caller's arguments.
+                Some(f) => unsafe { f($($a),*) },
+                None => errno_enosys(std::ptr::null_mut()),
+            };
+            if g {
+                // SAFETY: null or the stream just opened.
+                unsafe { own_buffer(fp) };
+            }
+            fp
+        }
+    };
+}
+
+opens!(fopen(path: *const c_char, mode: *const c_char));
+opens!(fopen64(path: *const c_char, mode: *const c_char));
+opens!(fdopen(fd: c_int, mode: *const c_char));
+opens!(freopen(path: *const c_char, mode: *const c_char, fp: *mut FILE));
+opens!(freopen64(path: *const c_char, mode: *const c_char, fp: *mut FILE));
+opens!(tmpfile());
+opens!(tmpfile64());
+opens!(popen(cmd: *const c_char, mode: *const c_char));
+
+outside!(opendir(path: *const c_char) -> *mut libc::DIR, std::ptr::null_mut());
+outside!(fdopendir(fd: c_int) -> *mut libc::DIR, std::ptr::null_mut());
+outside!(getcwd(buf: *mut c_char, n: size_t) -> *mut c_char, std::ptr::null_mut());
+outside!(realpath(path: *const c_char, out: *mut c_char) -> *mut c_char, std::ptr::null_mut());
+outside!(canonicalize_file_name(path: *const c_char) -> *mut c_char, std::ptr::null_mut());
+outside!(glob(p: *const c_char, fl: c_int, err: real::GlobErr, g: *mut libc::glob_t) -> c_int, libc::GLOB_NOSPACE);
+outside!(glob64(p: *const c_char, fl: c_int, err: real::GlobErr, g: *mut libc::glob64_t) -> c_int, libc::GLOB_NOSPACE);
+outside!(fts_open(paths: *const *mut c_char, opts: c_int, cmp: real::FtsCmp) -> *mut c_void, std::ptr::null_mut());
+outside!(fts_read(f: *mut c_void) -> *mut c_void, std::ptr::null_mut());
+outside!(fts_children(f: *mut c_void, opts: c_int) -> *mut c_void, std::ptr::null_mut());
+outside!(getpwnam(name: *const c_char) -> *mut libc::passwd, std::ptr::null_mut());
+outside!(getpwuid(uid: libc::uid_t) -> *mut libc::passwd, std::ptr::null_mut());
+outside!(getgrnam(name: *const c_char) -> *mut libc::group, std::ptr::null_mut());
+outside!(getgrgid(gid: libc::gid_t) -> *mut libc::group, std::ptr::null_mut());
+outside!(getpwnam_r(name: *const c_char, pw: *mut libc::passwd, buf: *mut c_char, n: size_t, out: *mut *mut libc::passwd) -> c_int, libc::ENOSYS);
+outside!(getpwuid_r(uid: libc::uid_t, pw: *mut libc::passwd, buf: *mut c_char, n: size_t, out: *mut *mut libc::passwd) -> c_int, libc::ENOSYS);
+outside!(getgrnam_r(name: *const c_char, gr: *mut libc::group, buf: *mut c_char, n: size_t, out: *mut *mut libc::group) -> c_int, libc::ENOSYS);
+outside!(getgrgid_r(gid: libc::gid_t, gr: *mut libc::group, buf: *mut c_char, n: size_t, out: *mut *mut libc::group) -> c_int, libc::ENOSYS);
+outside!(getaddrinfo(node: *const c_char, svc: *const c_char, hints: *const libc::addrinfo, res: *mut *mut libc::addrinfo) -> c_int, libc::EAI_SYSTEM);
+outside!(getnameinfo(sa: *const libc::sockaddr, sl: libc::socklen_t, host: *mut c_char, hl: libc::socklen_t, serv: *mut c_char, svl: libc::socklen_t, fl: c_int) -> c_int, libc::EAI_SYSTEM);
+outside!(gethostbyname(name: *const c_char) -> *mut libc::hostent, std::ptr::null_mut());
+
+/// `fread` and its unlocked form: the caller's bytes pinned (writable)
+/// where stdio reads them straight from the kernel.
+macro_rules! reads {
+    ($name:ident) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            p: *mut c_void,
+            size: size_t,
+            n: size_t,
+            fp: *mut FILE,
+        ) -> size_t {
+            let g = guarded();
+            let total = size.saturating_mul(n);
+            // SAFETY: the caller's stream.
+            let _pins = (g && unsafe { direct(fp, total) }).then(|| {
+                let mut pins = Pins::new();
+                if let Some(p2) = pins.as_mut() {
+                    p2.add(p, total, true);
+                }
+                pins
+            });
+            let _g = g.then(Internal::enter);
+            match real::$name() {
+                // SAFETY: the caller's arguments.
+                Some(f) => unsafe { f(p, size, n, fp) },
+                None => errno_enosys(0),
+            }
+        }
+    };
+}
+
+/// `fwrite` and its unlocked form: the caller's bytes pinned where stdio
+/// writes them straight to the kernel.
+macro_rules! writes {
+    ($name:ident) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            p: *const c_void,
+            size: size_t,
+            n: size_t,
+            fp: *mut FILE,
+        ) -> size_t {
+            let g = guarded();
+            let total = size.saturating_mul(n);
+            // SAFETY: the caller's stream.
+            let _pins = (g && unsafe { direct(fp, total) }).then(|| {
+                let mut pins = Pins::new();
+                if let Some(p2) = pins.as_mut() {
+                    p2.add(p, total, false);
+                }
+                pins
+            });
+            let _g = g.then(Internal::enter);
+            match real::$name() {
+                // SAFETY: the caller's arguments.
+                Some(f) => unsafe { f(p, size, n, fp) },
+                None => errno_enosys(0),
+            }
+        }
+    };
+}
+
+reads!(fread);
+reads!(fread_unlocked);
+writes!(fwrite);
+writes!(fwrite_unlocked);
+
+/// A string written to `fp`: pinned where stdio would write it direct.
+///
+/// # Safety
+/// `s` is a NUL-terminated string, `fp` a valid stream (or stdout).
+unsafe fn pin_string(s: *const c_char, fp: *mut FILE) -> Option<Option<Pins>> {
+    if s.is_null() || !crate::vma::in_regions(s as usize) {
+        return None;
+    }
+    // SAFETY: the caller's string.
+    let n = unsafe { libc::strlen(s) };
+    // SAFETY: the caller's stream.
+    if !unsafe { direct(fp, n) } {
+        return None;
+    }
+    let mut pins = Pins::new();
+    if let Some(p) = pins.as_mut() {
+        p.add(s as *const c_void, n, false);
+    }
+    Some(pins)
+}
+
+macro_rules! puts_to {
+    ($name:ident) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(s: *const c_char, fp: *mut FILE) -> c_int {
+            let g = guarded();
+            let _pins = if g {
+                // SAFETY: the caller's string and stream.
+                unsafe { pin_string(s, fp) }
+            } else {
+                None
+            };
+            let _g = g.then(Internal::enter);
+            match real::$name() {
+                // SAFETY: the caller's arguments.
+                Some(f) => unsafe { f(s, fp) },
+                None => errno_enosys(libc::EOF),
+            }
+        }
+    };
+}
+
+puts_to!(fputs);
+puts_to!(fputs_unlocked);
+
+/// # Safety
+/// As puts(3).
+#[no_mangle]
+pub unsafe extern "C" fn puts(s: *const c_char) -> c_int {
+    let g = guarded();
+    let _pins = if g {
+        // SAFETY: the caller's string; glibc's stdout.
+        unsafe { pin_string(s, stdout) }
+    } else {
+        None
+    };
+    let _g = g.then(Internal::enter);
+    match real::puts() {
+        // SAFETY: the caller's argument.
+        Some(f) => unsafe { f(s) },
+        None => errno_enosys(libc::EOF),
+    }
+}
+
+/// # Safety
+/// As setvbuf(3).
+#[no_mangle]
+pub unsafe extern "C" fn setvbuf(fp: *mut FILE, buf: *mut c_char, mode: c_int, n: size_t) -> c_int {
+    let g = guarded();
+    let user = if mode == libc::_IONBF {
+        std::ptr::null_mut()
+    } else {
+        buf
+    };
+    if g {
+        set_user_buffer(fp, user, n);
+    }
+    let _g = g.then(Internal::enter);
+    match real::setvbuf() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(fp, buf, mode, n) },
+        None => errno_enosys(libc::EOF),
+    }
+}
+
+/// # Safety
+/// As setbuf(3): `setvbuf` with a buffer of BUFSIZ bytes.
+#[no_mangle]
+pub unsafe extern "C" fn setbuf(fp: *mut FILE, buf: *mut c_char) {
+    // SAFETY: the same call, as glibc defines it.
+    unsafe { setbuffer(fp, buf, libc::BUFSIZ as size_t) };
+}
+
+/// # Safety
+/// As setbuffer(3).
+#[no_mangle]
+pub unsafe extern "C" fn setbuffer(fp: *mut FILE, buf: *mut c_char, n: size_t) {
+    let g = guarded();
+    if g {
+        set_user_buffer(fp, buf, n);
+    }
+    let _g = g.then(Internal::enter);
+    match real::setbuffer() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(fp, buf, n) },
+        None => crate::set_errno(libc::ENOSYS),
+    }
+}
+
+/// # Safety
+/// As fclose(3).
+#[no_mangle]
+pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
+    let g = guarded();
+    let r = {
+        let _g = g.then(Internal::enter);
+        match real::fclose() {
+            // SAFETY: the caller's stream.
+            Some(f) => unsafe { f(fp) },
+            None => errno_enosys(libc::EOF),
+        }
+    };
+    if g {
+        // Its buffer is the program's memory again.
+        set_user_buffer(fp, std::ptr::null_mut(), 0);
+    }
+    r
+}
