@@ -9,7 +9,7 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 
 use crate::PAGE_SIZE;
 
@@ -26,6 +26,8 @@ unsafe impl ZeroedRecord for AtomicU64 {}
 unsafe impl ZeroedRecord for AtomicU32 {}
 // SAFETY: as for `AtomicU64`.
 unsafe impl ZeroedRecord for AtomicU16 {}
+// SAFETY: as for `AtomicU64`.
+unsafe impl ZeroedRecord for AtomicU8 {}
 
 /// `len` records, all zero, on the heap, for tables too small or too many
 /// for a mapping each (per-chunk words of a region, a device's slot

@@ -539,6 +539,10 @@ struct RegionInner {
     /// The groups each stored chunk had mapped when it was evicted (all,
     /// for a whole chunk): a refault counts only on one of them.
     evicted: Box<[std::sync::atomic::AtomicU16]>,
+    /// What each chunk's last store kept of it, and whether the CLOCK's
+    /// extra pass for a chunk that compresses poorly is spent
+    /// (`evict::density`).
+    density: Box<[std::sync::atomic::AtomicU8]>,
     /// False once teardown began. Read-held by anyone touching the memory
     /// or the chunk states with side effects.
     live: RwLock<bool>,
@@ -951,6 +955,7 @@ impl Uzswap {
             state: crate::swap::zeroed_records(nchunks),
             shadow: crate::swap::zeroed_records(nchunks),
             evicted: crate::swap::zeroed_records(nchunks),
+            density: crate::swap::zeroed_records(nchunks),
             live: RwLock::new(true),
             registered: AtomicBool::new(false),
             pins: Mutex::new(std::collections::HashMap::new()),
