@@ -230,13 +230,16 @@ fn an_unprivileged_user_gets_the_same_bytes() {
 /// dynamic symbol sees: stdio reading and writing large requests straight
 /// between the caller's buffer and the kernel, filling and flushing a
 /// stream's buffer, `readdir`, `getcwd(NULL, 0)` (`streams.c`), and GNU
-/// sort, which `fread`s its input into a fresh heap buffer. Where the
-/// kernel's faults are not served (user mode only, as root and as a real
+/// sort, which `fread`s its input into a fresh heap buffer; and the calls
+/// whose arrays, paths and stat buffers are heap memory (`kernel_args.c`:
+/// epoll_wait, poll, select, open, stat, readlink...). Where the kernel's
+/// faults are not served (user mode only, as root and as a real
 /// unprivileged user; signal mode) each of these failed with EFAULT
 /// ("sort: read failed: ...: Bad address") before the library kept stdio's
-/// and the directory calls' buffers out of its regions.
+/// and the directory calls' buffers out of its regions and pinned the
+/// others.
 #[test]
-fn stdio_and_directory_streams_on_every_open_path() {
+fn stdio_streams_and_kernel_arguments_on_every_open_path() {
     let (Some(cc), true) = (cc(), userfaultfd_works()) else {
         return;
     };
@@ -255,6 +258,15 @@ fn stdio_and_directory_streams_on_every_open_path() {
         .unwrap();
     assert!(st.success(), "compiling streams.c");
     let bin = bin.to_str().unwrap().to_string();
+    let kbin = dir.join("kernel_args");
+    let st = Command::new(cc)
+        .args(["-O1", "-o"])
+        .arg(&kbin)
+        .arg(programs().join("kernel_args.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling kernel_args.c");
+    let kbin = kbin.to_str().unwrap().to_string();
     // sort's input: 4 MiB of lines; with its line records and merge space
     // sort uses more than the budget.
     let input = dir.join("input.txt");
@@ -271,7 +283,7 @@ fn stdio_and_directory_streams_on_every_open_path() {
     lines.sort_unstable();
     let want_sorted = lines.join("\n") + "\n";
     let input = input.to_str().unwrap().to_string();
-    let user = unprivileged_user(std::slice::from_ref(&bin));
+    let user = unprivileged_user(&[bin.clone(), kbin.clone()]);
     let cases: Vec<(&[&str], &[&str])> = {
         let mut v: Vec<(&[&str], &[&str])> = vec![
             (&[], &[]),
@@ -293,6 +305,13 @@ fn stdio_and_directory_streams_on_every_open_path() {
         let mut a = args.clone();
         a.extend_from_slice(&["--", &bin, work.to_str().unwrap(), "16"]);
         assert_eq!(ok(&run(pre, &a), &what), "ok\n", "{what}");
+        std::fs::remove_dir_all(&work).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        open(&work);
+        let mut a = args.clone();
+        a.extend_from_slice(&["--", &kbin, work.to_str().unwrap(), "4"]);
+        let out = ok(&run(pre, &a), &format!("kernel_args {what}"));
+        assert_eq!(out, "ok\n", "kernel_args {what}");
         std::fs::remove_dir_all(&work).unwrap();
         let mut a = args.clone();
         a.extend_from_slice(&["--", "env", "LC_ALL=C", "sort", "-S", "16M", &input]);

@@ -1,15 +1,18 @@
-//! System calls that take user buffers. Where the kernel does not hand us
-//! the faults it takes inside a system call (`UFFD_USER_MODE_ONLY`: an
-//! unprivileged user without access to `/dev/userfaultfd`), a buffer in an
-//! evicted page would fail the call with EFAULT. Each wrapper pins its
-//! buffers resident (writable where the kernel writes them) for the call
-//! (`Uzswap::pin`), then calls libc's function. Where faults are served
-//! (`KernelFaults::Served`) the wrappers cost one load and a branch.
+//! System calls that take user memory: buffers, the arrays of the waits
+//! (epoll, poll, select), paths and stat buffers. Where the kernel does not
+//! hand us the faults it takes inside a system call (`UFFD_USER_MODE_ONLY`:
+//! an unprivileged user without access to `/dev/userfaultfd`; signal mode),
+//! memory in an evicted page would fail the call with EFAULT. Each wrapper
+//! pins that memory resident (writable where the kernel writes it) for the
+//! call (`Uzswap::pin`), then calls libc's function; memory outside the
+//! regions (the stack, static data) costs a lock-free range check. Where
+//! faults are served (`KernelFaults::Served`) the wrappers cost one load
+//! and a branch.
 //!
 //! Only calls made through the dynamic symbol are seen: glibc's own
-//! internal calls (stdio flushing its buffers, `readdir`) are not, and on
-//! this path they can still meet an evicted page; `uzswap setup` grants the
-//! device and removes the gap (docs/ARCHITECTURE.md).
+//! internal calls are not (stdio's and `readdir`'s are covered by keeping
+//! their buffers out of the regions, `streams`); `uzswap setup` grants the
+//! device and removes every gap (docs/ARCHITECTURE.md).
 
 use crate::{real, Internal};
 use libc::{c_void, iovec, msghdr, sockaddr, socklen_t};
@@ -30,9 +33,27 @@ impl Pins {
         if p.is_null() || len == 0 {
             return;
         }
+        // Most buffers (the stack's, static ones) are not region memory:
+        // a lock-free range check, and nothing more.
+        if !crate::vma::overlaps_regions(p as usize, (p as usize).saturating_add(len)) {
+            return;
+        }
         let st = crate::active().expect("pins are made only while active");
         let _g = Internal::enter();
         self.0.push(st.uz.pin(p as usize, len, write));
+    }
+
+    /// A NUL-terminated string the kernel reads (a path), if it is one.
+    ///
+    /// # Safety
+    /// `s` is null or a NUL-terminated string.
+    unsafe fn path(&mut self, s: *const libc::c_char) {
+        if s.is_null() || !crate::vma::in_regions(s as usize) {
+            return;
+        }
+        // SAFETY: the caller's string; reading it brings it in.
+        let n = unsafe { libc::strlen(s) };
+        self.add(s as *const c_void, n + 1, false);
     }
 
     /// An iovec array (read by the kernel) and the buffers it names.
@@ -81,10 +102,13 @@ fn errno_enosys() -> Ssize {
 
 macro_rules! wrap {
     ($name:ident($($a:ident: $t:ty),*) pins |$p:ident| $pin:block => $call:expr) => {
+        wrap!($name($($a: $t),*) -> [Ssize] pins |$p| $pin => $call);
+    };
+    ($name:ident($($a:ident: $t:ty),*) -> [$r:ty] pins |$p:ident| $pin:block => $call:expr) => {
         /// # Safety
         /// As the libc function of the same name.
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> Ssize {
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
             let _pins = Pins::new().map(|mut $p| {
                 // SAFETY: the caller's buffers, as the call requires them.
                 #[allow(unused_unsafe)]
@@ -97,7 +121,7 @@ macro_rules! wrap {
                 // SAFETY: the caller's arguments, to the function we stand
                 // in front of.
                 Some(f) => unsafe { $call(f) },
-                None => errno_enosys(),
+                None => errno_enosys() as $r,
             }
         }
     };
@@ -148,6 +172,131 @@ wrap!(sendto(fd: i32, buf: *const c_void, n: usize, fl: i32, sa: *const sockaddr
         f(fd, buf, n, fl, sa, sl));
 wrap!(sendmsg(fd: i32, m: *const msghdr, fl: i32) pins |p| { p.msg(m, false) }
     => |f: unsafe extern "C" fn(i32, *const msghdr, i32) -> Ssize| f(fd, m, fl));
+// Waiting for descriptors: the kernel writes the events (epoll; redis
+// keeps its array on the heap), reads and writes the pollfd array and the
+// fd sets, and writes back select's remaining time. Blocking calls keep
+// their arrays pinned while they wait.
+wrap!(epoll_wait(ep: i32, ev: *mut libc::epoll_event, n: i32, t: i32) -> [i32]
+    pins |p| { p.add(ev as *const _, n.max(0) as usize * std::mem::size_of::<libc::epoll_event>(), true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32) -> i32| f(ep, ev, n, t));
+wrap!(epoll_pwait(ep: i32, ev: *mut libc::epoll_event, n: i32, t: i32, m: *const libc::sigset_t) -> [i32]
+    pins |p| {
+        p.add(ev as *const _, n.max(0) as usize * std::mem::size_of::<libc::epoll_event>(), true);
+        p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
+    }
+    => |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32, *const libc::sigset_t) -> i32|
+        f(ep, ev, n, t, m));
+wrap!(poll(fds: *mut libc::pollfd, n: libc::nfds_t, t: i32) -> [i32]
+    pins |p| { p.add(fds as *const _, n as usize * std::mem::size_of::<libc::pollfd>(), true) }
+    => |f: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, i32) -> i32| f(fds, n, t));
+wrap!(ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec, m: *const libc::sigset_t) -> [i32]
+    pins |p| {
+        p.add(fds as *const _, n as usize * std::mem::size_of::<libc::pollfd>(), true);
+        p.add(t as *const _, std::mem::size_of::<libc::timespec>(), false);
+        p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
+    }
+    => |f: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> i32|
+        f(fds, n, t, m));
+wrap!(select(n: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> [i32]
+    pins |p| {
+        pin_fd_sets(&mut p, n, [r, w, e]);
+        p.add(t as *const _, std::mem::size_of::<libc::timeval>(), true);
+    }
+    => |f: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> i32|
+        f(n, r, w, e, t));
+wrap!(pselect(n: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set,
+        t: *const libc::timespec, m: *const libc::sigset_t) -> [i32]
+    pins |p| {
+        pin_fd_sets(&mut p, n, [r, w, e]);
+        p.add(t as *const _, std::mem::size_of::<libc::timespec>(), false);
+        p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
+    }
+    => |f: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set,
+            *const libc::timespec, *const libc::sigset_t) -> i32|
+        f(n, r, w, e, t, m));
+
+/// The fd sets of a select: the kernel reads and writes the words that
+/// hold descriptors below `n`.
+fn pin_fd_sets(p: &mut Pins, n: i32, sets: [*mut libc::fd_set; 3]) {
+    let bytes = (n.max(0) as usize).div_ceil(64) * 8;
+    for s in sets {
+        p.add(
+            s as *const _,
+            bytes.min(std::mem::size_of::<libc::fd_set>()),
+            true,
+        );
+    }
+}
+
+// Paths the kernel reads (a program's strings live on its heap, and a
+// long-lived one may be evicted by the time it is used: CPython's
+// `os.stat(path)` failed with EFAULT) and the stat buffers it writes.
+// `open` is variadic in C; its mode is read as the third argument, as the
+// calling convention passes it.
+type Cs = *const libc::c_char;
+type St = *mut libc::stat;
+wrap!(open(pa: Cs, fl: i32, mo: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, i32, u32) -> i32| f(pa, fl, mo));
+wrap!(open64(pa: Cs, fl: i32, mo: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, i32, u32) -> i32| f(pa, fl, mo));
+wrap!(openat(d: i32, pa: Cs, fl: i32, mo: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32, u32) -> i32| f(d, pa, fl, mo));
+wrap!(openat64(d: i32, pa: Cs, fl: i32, mo: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32, u32) -> i32| f(d, pa, fl, mo));
+wrap!(creat(pa: Cs, mo: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(pa, mo));
+wrap!(stat(pa: Cs, b: St) -> [i32]
+    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
+wrap!(lstat(pa: Cs, b: St) -> [i32]
+    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
+wrap!(fstat(fd: i32, b: St) -> [i32]
+    pins |p| { p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(i32, St) -> i32| f(fd, b));
+wrap!(fstatat(d: i32, pa: Cs, b: St, fl: i32) -> [i32]
+    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(i32, Cs, St, i32) -> i32| f(d, pa, b, fl));
+wrap!(statx(d: i32, pa: Cs, fl: i32, m: u32, b: *mut libc::statx) -> [i32]
+    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::statx>(), true) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32, u32, *mut libc::statx) -> i32| f(d, pa, fl, m, b));
+wrap!(access(pa: Cs, m: i32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, i32) -> i32| f(pa, m));
+wrap!(faccessat(d: i32, pa: Cs, m: i32, fl: i32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32, i32) -> i32| f(d, pa, m, fl));
+wrap!(unlink(pa: Cs) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs) -> i32| f(pa));
+wrap!(unlinkat(d: i32, pa: Cs, fl: i32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32) -> i32| f(d, pa, fl));
+wrap!(rmdir(pa: Cs) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs) -> i32| f(pa));
+wrap!(mkdir(pa: Cs, m: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(pa, m));
+wrap!(mkdirat(d: i32, pa: Cs, m: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, u32) -> i32| f(d, pa, m));
+wrap!(rename(a: Cs, b: Cs) -> [i32] pins |p| { p.path(a); p.path(b) }
+    => |f: unsafe extern "C" fn(Cs, Cs) -> i32| f(a, b));
+wrap!(renameat(da: i32, a: Cs, db: i32, b: Cs) -> [i32] pins |p| { p.path(a); p.path(b) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32, Cs) -> i32| f(da, a, db, b));
+wrap!(renameat2(da: i32, a: Cs, db: i32, b: Cs, fl: u32) -> [i32] pins |p| { p.path(a); p.path(b) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32, Cs, u32) -> i32| f(da, a, db, b, fl));
+wrap!(link(a: Cs, b: Cs) -> [i32] pins |p| { p.path(a); p.path(b) }
+    => |f: unsafe extern "C" fn(Cs, Cs) -> i32| f(a, b));
+wrap!(symlink(a: Cs, b: Cs) -> [i32] pins |p| { p.path(a); p.path(b) }
+    => |f: unsafe extern "C" fn(Cs, Cs) -> i32| f(a, b));
+wrap!(readlink(pa: Cs, b: *mut libc::c_char, n: usize) pins |p| { p.path(pa); p.add(b as *const _, n, true) }
+    => |f: unsafe extern "C" fn(Cs, *mut libc::c_char, usize) -> Ssize| f(pa, b, n));
+wrap!(readlinkat(d: i32, pa: Cs, b: *mut libc::c_char, n: usize) pins |p| { p.path(pa); p.add(b as *const _, n, true) }
+    => |f: unsafe extern "C" fn(i32, Cs, *mut libc::c_char, usize) -> Ssize| f(d, pa, b, n));
+wrap!(chdir(pa: Cs) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs) -> i32| f(pa));
+wrap!(chmod(pa: Cs, m: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(pa, m));
+wrap!(truncate(pa: Cs, n: i64) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, i64) -> i32| f(pa, n));
+wrap!(getdents64(fd: i32, b: *mut c_void, n: usize) pins |p| { p.add(b, n, true) }
+    => |f: unsafe extern "C" fn(i32, *mut c_void, usize) -> Ssize| f(fd, b, n));
+
 /// Random bytes straight into region memory (Python's `os.urandom`, a
 /// `bytearray` of them): without the pin, EFAULT where the kernel's faults
 /// are not served. mimalloc seeds each thread's heap with this call while it

@@ -75,8 +75,16 @@ macro_rules! real_fns {
         }
         $(
             /// The next definition of this function, if the lookup found one.
+            /// Looked up here if it was not yet: another library's
+            /// constructor may call it before ours has run.
             pub fn $name() -> Option<$ty> {
-                let p = slots::$name.load(Acquire);
+                let mut p = slots::$name.load(Acquire);
+                if p == 0 {
+                    let name = concat!(stringify!($name), "\0");
+                    // SAFETY: as in `resolve`.
+                    p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const _) } as usize;
+                    slots::$name.store(p, Release);
+                }
                 // SAFETY: a non-null pointer dlsym returned for this
                 // symbol, whose C prototype is `$ty`.
                 (p != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(p) })
@@ -144,6 +152,40 @@ real_fns! {
     sendto: unsafe extern "C" fn(i32, *const libc::c_void, usize, i32, *const libc::sockaddr, libc::socklen_t) -> Ssize;
     sendmsg: unsafe extern "C" fn(i32, *const libc::msghdr, i32) -> Ssize;
     getrandom: unsafe extern "C" fn(*mut libc::c_void, usize, u32) -> Ssize;
+    epoll_wait: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32) -> i32;
+    epoll_pwait: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32, *const libc::sigset_t) -> i32;
+    poll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, i32) -> i32;
+    ppoll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> i32;
+    select: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> i32;
+    pselect: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *const libc::timespec, *const libc::sigset_t) -> i32;
+    open: unsafe extern "C" fn(Str, c_int, u32) -> c_int;
+    open64: unsafe extern "C" fn(Str, c_int, u32) -> c_int;
+    openat: unsafe extern "C" fn(c_int, Str, c_int, u32) -> c_int;
+    openat64: unsafe extern "C" fn(c_int, Str, c_int, u32) -> c_int;
+    creat: unsafe extern "C" fn(Str, u32) -> c_int;
+    stat: unsafe extern "C" fn(Str, *mut libc::stat) -> c_int;
+    lstat: unsafe extern "C" fn(Str, *mut libc::stat) -> c_int;
+    fstat: unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
+    fstatat: unsafe extern "C" fn(c_int, Str, *mut libc::stat, c_int) -> c_int;
+    statx: unsafe extern "C" fn(c_int, Str, c_int, u32, *mut libc::statx) -> c_int;
+    access: unsafe extern "C" fn(Str, c_int) -> c_int;
+    faccessat: unsafe extern "C" fn(c_int, Str, c_int, c_int) -> c_int;
+    unlink: unsafe extern "C" fn(Str) -> c_int;
+    unlinkat: unsafe extern "C" fn(c_int, Str, c_int) -> c_int;
+    rmdir: unsafe extern "C" fn(Str) -> c_int;
+    mkdir: unsafe extern "C" fn(Str, u32) -> c_int;
+    mkdirat: unsafe extern "C" fn(c_int, Str, u32) -> c_int;
+    rename: unsafe extern "C" fn(Str, Str) -> c_int;
+    renameat: unsafe extern "C" fn(c_int, Str, c_int, Str) -> c_int;
+    renameat2: unsafe extern "C" fn(c_int, Str, c_int, Str, u32) -> c_int;
+    link: unsafe extern "C" fn(Str, Str) -> c_int;
+    symlink: unsafe extern "C" fn(Str, Str) -> c_int;
+    readlink: unsafe extern "C" fn(Str, *mut c_char, usize) -> Ssize;
+    readlinkat: unsafe extern "C" fn(c_int, Str, *mut c_char, usize) -> Ssize;
+    chdir: unsafe extern "C" fn(Str) -> c_int;
+    chmod: unsafe extern "C" fn(Str, u32) -> c_int;
+    truncate: unsafe extern "C" fn(Str, i64) -> c_int;
+    getdents64: unsafe extern "C" fn(c_int, *mut c_void, usize) -> Ssize;
     // Streams (`streams.rs`).
     fopen: unsafe extern "C" fn(Str, Str) -> File;
     fopen64: unsafe extern "C" fn(Str, Str) -> File;

@@ -74,6 +74,14 @@ pub fn in_regions(a: usize) -> bool {
         .any(|(b, e)| b.load(Relaxed) <= a && a < e.load(Relaxed))
 }
 
+/// Whether `s..e` overlaps one of the regions.
+pub fn overlaps_regions(s: usize, e: usize) -> bool {
+    let n = RANGES_LEN.load(Acquire);
+    RANGES[..n]
+        .iter()
+        .any(|(b, end)| s < end.load(Relaxed) && b.load(Relaxed) < e)
+}
+
 #[derive(Default)]
 pub struct Vmas {
     /// (base, end, region), by base.
