@@ -657,3 +657,36 @@ fn program_threads_under_both_handler_modes() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A program that installs its own SIGBUS handler and blocks every signal
+/// in its threads (`signals.c`), as servers do: in signal mode uzswap's
+/// faults are SIGBUS, and they must stay uzswap's. Before the library kept
+/// SIGBUS, redis's crash reporter took the first fault on an evicted page
+/// (and a thread blocking SIGBUS was killed by its first fault).
+#[test]
+fn a_program_that_owns_sigbus_and_blocks_signals() {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-signals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("signals");
+    let st = Command::new(cc)
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(programs().join("signals.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling signals.c");
+    let bin = bin.to_str().unwrap();
+    for extra in [&[][..], &["--handler", "signal"][..]] {
+        let mut args = vec!["--budget", "8M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin, "32"]);
+        let (out, s) = output_and_summary(&run(&[], &args), "signals.c");
+        assert_eq!(out, "ok\n", "{extra:?}");
+        let p = &s["processes"][0];
+        assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{extra:?}: {p}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -14,6 +14,7 @@
 //!   resident where the kernel does not hand us its faults;
 //! - `streams`: stdio and directory streams, and the libc calls that fill
 //!   buffers they allocate, on that same path;
+//! - `signals`: in signal mode, SIGBUS stays uzswap's and unblocked;
 //! - `fork`: a child gets every byte its parent had;
 //! - `report`: the figures written at exit.
 //!
@@ -32,6 +33,7 @@ mod config;
 mod fork;
 mod real;
 mod report;
+mod signals;
 mod streams;
 mod vma;
 

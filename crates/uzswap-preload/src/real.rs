@@ -186,6 +186,11 @@ real_fns! {
     chmod: unsafe extern "C" fn(Str, u32) -> c_int;
     truncate: unsafe extern "C" fn(Str, i64) -> c_int;
     getdents64: unsafe extern "C" fn(c_int, *mut c_void, usize) -> Ssize;
+    // Signals (`signals.rs`).
+    sigaction: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    sigprocmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+    pthread_sigmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
     // Streams (`streams.rs`).
     fopen: unsafe extern "C" fn(Str, Str) -> File;
     fopen64: unsafe extern "C" fn(Str, Str) -> File;

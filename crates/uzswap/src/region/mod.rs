@@ -146,6 +146,7 @@ mod uffd_sys;
 
 pub use latency::LatencySummary;
 pub use pin::{ForkGuard, KernelFaults, PinGuard};
+pub use sigbus::{installed as sigbus_installed, swap_chained as swap_chained_sigbus};
 pub use uffd_sys::OpenPath;
 
 use crate::swap::{SwapDeviceConfig, SwapError};

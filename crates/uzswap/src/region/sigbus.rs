@@ -12,8 +12,12 @@
 //! not mapped) fails with EFAULT instead of being resolved, and the process
 //! shares its SIGBUS disposition with us (we chain to the handler that was
 //! there before for every address outside our regions, so Rust's own stack
-//! overflow reporting keeps working; a handler the program installs after
-//! ours must chain back the same way).
+//! overflow reporting keeps working). A handler the program installs after
+//! ours must not replace it: redis installs its crash reporter on SIGBUS at
+//! start, and its first access to an evicted page was reported as a crash.
+//! So the disposition the program sees is the chained one
+//! ([`swap_chained`]): the preload library routes the program's
+//! `sigaction(SIGBUS, ...)` there, and our handler stays.
 //!
 //! What runs in the signal handler is ordinary uzswap code: it takes the
 //! cache's locks and allocates. That is sound because the signal is
@@ -24,29 +28,67 @@
 //! must not use this mode.
 //!
 //! Locking: `INSTANCES` is read-held only to find the instance of an
-//! address; it is written when an instance starts or stops.
+//! address; it is written when an instance starts or stops. The chained
+//! disposition is read by the handler with one atomic load (a signal
+//! handler must not wait on a lock its own thread may hold) and replaced
+//! under `CHAIN_WRITE`; each replaced one is leaked, as a handler running
+//! on another thread may still read it (a program sets SIGBUS a few times
+//! in its life).
 
 use super::{fault, RegionError, Shared};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicPtr, Ordering::*};
 use std::sync::{Arc, OnceLock};
 
 /// Instances in signal mode.
 static INSTANCES: RwLock<Vec<Arc<Shared>>> = RwLock::new(Vec::new());
-/// The disposition SIGBUS had before ours (chained to for other addresses).
-static PREVIOUS: OnceLock<Result<Previous, String>> = OnceLock::new();
+/// Whether our handler was installed (once per process), or why not.
+static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+/// The disposition chained to for every SIGBUS that is not ours: what
+/// SIGBUS had before ours, or what the program set since. Null until
+/// installed.
+static CHAINED: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+/// Serialises replacements of `CHAINED`.
+static CHAIN_WRITE: Mutex<()> = Mutex::new(());
 
-#[derive(Clone, Copy)]
-struct Previous(libc::sigaction);
-// SAFETY: a plain C struct of a handler address, flags and a mask; it is
-// written once, before it is shared, and only read afterwards.
-unsafe impl Send for Previous {}
-// SAFETY: as above.
-unsafe impl Sync for Previous {}
+/// The kernel's `struct sigaction` (x86-64 and the generic layout).
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Whether our SIGBUS handler is installed in this process: SIGBUS must
+/// then stay deliverable to every thread (a fault raised while SIGBUS is
+/// blocked ends the process).
+pub fn installed() -> bool {
+    !CHAINED.load(Relaxed).is_null()
+}
+
+/// While our handler is installed: the SIGBUS disposition the program sees
+/// (returned), replaced by `new` where given; None where it is not
+/// installed (the kernel's disposition is the program's). For the preload
+/// library's `sigaction` and `signal`.
+pub fn swap_chained(new: Option<&libc::sigaction>) -> Option<libc::sigaction> {
+    let _w = CHAIN_WRITE.lock();
+    let cur = CHAINED.load(Acquire);
+    if cur.is_null() {
+        return None;
+    }
+    // SAFETY: published by `install` or below and never freed.
+    let old = unsafe { *cur };
+    if let Some(n) = new {
+        CHAINED.store(Box::into_raw(Box::new(*n)), Release);
+    }
+    Some(old)
+}
 
 /// Route this instance's faults to the signal handler (installed once per
 /// process).
 pub(super) fn attach(sh: &Arc<Shared>) -> Result<(), RegionError> {
-    PREVIOUS
+    INSTALLED
         .get_or_init(install)
         .as_ref()
         .map_err(|e| RegionError::Os(e.clone()))?;
@@ -59,7 +101,7 @@ pub(super) fn detach(sh: &Shared) {
     INSTANCES.write().retain(|s| !std::ptr::eq(&**s, sh));
 }
 
-fn install() -> Result<Previous, String> {
+fn install() -> Result<(), String> {
     // SAFETY: zeroed is a valid sigaction; the fields we need are set below.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigbus as *const () as usize;
@@ -80,7 +122,8 @@ fn install() -> Result<Previous, String> {
             std::io::Error::last_os_error()
         ));
     }
-    Ok(Previous(old))
+    CHAINED.store(Box::into_raw(Box::new(old)), Release);
+    Ok(())
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -130,9 +173,12 @@ fn is_write(ctx: *mut libc::c_void) -> Option<bool> {
 /// A SIGBUS that is not ours: hand it to whoever had it before, or take the
 /// default action (the process ends, as it would have without us).
 fn chain(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let Some(Ok(Previous(old))) = PREVIOUS.get() else {
+    let p = CHAINED.load(Acquire);
+    if p.is_null() {
         return;
-    };
+    }
+    // SAFETY: published by `install` or `swap_chained`, never freed.
+    let old = unsafe { *p };
     match old.sa_sigaction {
         // Sent by a process (si_code <= 0) to a program ignoring SIGBUS.
         libc::SIG_IGN if code <= 0 => {}
@@ -140,9 +186,27 @@ fn chain(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, ctx: *
             // The default action, as if we had not been here: the signal
             // is blocked while we run, so the raised one is delivered (and
             // ends the process) as soon as the handler returns.
-            // SAFETY: restoring the default action and raising the signal.
+            // The kernel's own call, not libc's: a preload library that
+            // routes the program's `sigaction(SIGBUS)` to the chained
+            // disposition would leave ours in place, and the raised signal
+            // would come straight back here. A default disposition needs
+            // no restorer, so the kernel's struct is all zeros but for it.
+            let kact = KernelSigaction {
+                handler: libc::SIG_DFL,
+                flags: 0,
+                restorer: 0,
+                mask: 0,
+            };
+            // SAFETY: a valid kernel sigaction for SIGBUS, no old one read;
+            // then the signal raised.
             unsafe {
-                libc::signal(libc::SIGBUS, libc::SIG_DFL);
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    libc::SIGBUS,
+                    &kact as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    std::mem::size_of::<u64>(),
+                );
                 libc::raise(libc::SIGBUS);
             }
         }

@@ -1,0 +1,140 @@
+//! SIGBUS in signal mode (`--handler signal`): a fault is a SIGBUS that
+//! uzswap's handler resolves in the faulting thread, so the program must
+//! neither replace that handler nor block the signal.
+//!
+//! - `sigaction(SIGBUS, ...)` and `signal(SIGBUS, ...)` set and report the
+//!   disposition uzswap chains to for every SIGBUS that is not a fault on
+//!   its regions (`uzswap::region::swap_chained_sigbus`), never the
+//!   kernel's: redis installs its crash reporter on SIGBUS as it starts,
+//!   and its first access to an evicted page was reported as a crash;
+//! - masks the program blocks (`sigprocmask`, `pthread_sigmask`, a
+//!   handler's `sa_mask`) leave SIGBUS out: the kernel ends a process whose
+//!   fault raises a SIGBUS that is blocked, and servers commonly block every
+//!   signal in their worker threads.
+//!
+//! Where uzswap's handler is not installed (block mode, or before it is)
+//! every call goes straight to libc. Calls made internally by glibc
+//! (`posix_spawn`'s child, which blocks everything before it `exec`s) are
+//! not seen; they touch no region memory while SIGBUS is blocked.
+
+use crate::real;
+use libc::{c_int, sigset_t};
+type Sigaction = libc::sigaction;
+
+/// `set` with SIGBUS taken out, where a mask that blocks it is being
+/// applied while our handler is installed.
+///
+/// # Safety
+/// `set` is null or a valid signal set.
+unsafe fn without_sigbus(how: c_int, set: *const sigset_t) -> Option<sigset_t> {
+    if set.is_null() || how == libc::SIG_UNBLOCK || !uzswap::region::sigbus_installed() {
+        return None;
+    }
+    // SAFETY: the caller's set.
+    let mut s = unsafe { *set };
+    // SAFETY: a valid set.
+    if unsafe { libc::sigismember(&s, libc::SIGBUS) } != 1 {
+        return None;
+    }
+    // SAFETY: as above.
+    unsafe { libc::sigdelset(&mut s, libc::SIGBUS) };
+    Some(s)
+}
+
+/// # Safety
+/// As sigaction(2).
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const Sigaction,
+    old: *mut Sigaction,
+) -> c_int {
+    if sig == libc::SIGBUS && uzswap::region::sigbus_installed() {
+        // SAFETY: the caller's structs, as the call requires.
+        let new = (!act.is_null()).then(|| unsafe { *act });
+        if let Some(prev) = uzswap::region::swap_chained_sigbus(new.as_ref()) {
+            if !old.is_null() {
+                // SAFETY: as above.
+                unsafe { *old = prev };
+            }
+            return 0;
+        }
+    }
+    let mut copy;
+    let act = if act.is_null() || !uzswap::region::sigbus_installed() {
+        act
+    } else {
+        // SAFETY: the caller's struct.
+        copy = unsafe { *act };
+        // SAFETY: a valid set.
+        unsafe { libc::sigdelset(&mut copy.sa_mask, libc::SIGBUS) };
+        &copy as *const Sigaction
+    };
+    match real::sigaction() {
+        // SAFETY: the caller's arguments (the mask maybe without SIGBUS).
+        Some(f) => unsafe { f(sig, act, old) },
+        None => {
+            crate::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// As signal(2) (glibc's: BSD semantics, `SA_RESTART`).
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
+    if sig == libc::SIGBUS && uzswap::region::sigbus_installed() {
+        // SAFETY: zeroed is a valid sigaction; the handler and flags set.
+        let mut sa: Sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = h;
+        sa.sa_flags = libc::SA_RESTART;
+        if let Some(prev) = uzswap::region::swap_chained_sigbus(Some(&sa)) {
+            return prev.sa_sigaction;
+        }
+    }
+    match real::signal() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(sig, h) },
+        None => libc::SIG_ERR,
+    }
+}
+
+/// # Safety
+/// As sigprocmask(2).
+#[no_mangle]
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const sigset_t,
+    old: *mut sigset_t,
+) -> c_int {
+    // SAFETY: the caller's set.
+    let copy = unsafe { without_sigbus(how, set) };
+    let set = copy.as_ref().map_or(set, |s| s as *const sigset_t);
+    match real::sigprocmask() {
+        // SAFETY: the caller's arguments (the set maybe without SIGBUS).
+        Some(f) => unsafe { f(how, set, old) },
+        None => {
+            crate::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// As pthread_sigmask(3).
+#[no_mangle]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const sigset_t,
+    old: *mut sigset_t,
+) -> c_int {
+    // SAFETY: the caller's set.
+    let copy = unsafe { without_sigbus(how, set) };
+    let set = copy.as_ref().map_or(set, |s| s as *const sigset_t);
+    match real::pthread_sigmask() {
+        // SAFETY: the caller's arguments (the set maybe without SIGBUS).
+        Some(f) => unsafe { f(how, set, old) },
+        None => libc::ENOSYS,
+    }
+}
