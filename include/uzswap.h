@@ -49,6 +49,10 @@ typedef enum uzswap_handler {
      * SIGBUS handler. Faster, but a system call touching a page that is not
      * mapped fails with EFAULT, and SIGBUS is shared with the program. */
     UZSWAP_HANDLER_SIGNAL = 1,
+    /* SIGNAL where the kernel's own faults cannot be served anyway (no
+     * access to /dev/userfaultfd: the descriptor opens in user mode only),
+     * BLOCK where they can. The stats name the mode it resolved to. */
+    UZSWAP_HANDLER_AUTO = 2,
 } uzswap_handler_t;
 
 /* Instance settings. Always start from uzswap_config_default(), which sets

@@ -30,6 +30,7 @@ pub const UZSWAP_EINTERNAL: c_int = -libc::ENOTRECOVERABLE;
 
 pub const UZSWAP_HANDLER_BLOCK: c_int = 0;
 pub const UZSWAP_HANDLER_SIGNAL: c_int = 1;
+pub const UZSWAP_HANDLER_AUTO: c_int = 2;
 
 pub const UZSWAP_ADVICE_COLD: c_int = 1;
 pub const UZSWAP_ADVICE_PAGEOUT: c_int = 2;
@@ -167,6 +168,7 @@ fn default_c_config() -> UzswapConfigC {
         folio_order: d.folio_order,
         handler: match d.handler {
             HandlerMode::Signal => UZSWAP_HANDLER_SIGNAL,
+            HandlerMode::Auto => UZSWAP_HANDLER_AUTO,
             _ => UZSWAP_HANDLER_BLOCK,
         },
         compressor: std::ptr::null(),
@@ -228,11 +230,13 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
     cfg.handler = match c.handler {
         UZSWAP_HANDLER_BLOCK => HandlerMode::Block,
         UZSWAP_HANDLER_SIGNAL => HandlerMode::Signal,
+        UZSWAP_HANDLER_AUTO => HandlerMode::Auto,
         h => {
             return Err(err(
                 UZSWAP_EINVAL,
                 format!(
-                    "handler {h} is neither UZSWAP_HANDLER_BLOCK (0) nor UZSWAP_HANDLER_SIGNAL (1)"
+                    "handler {h} is none of UZSWAP_HANDLER_BLOCK (0), UZSWAP_HANDLER_SIGNAL (1), \
+                     UZSWAP_HANDLER_AUTO (2)"
                 ),
             ))
         }

@@ -87,8 +87,10 @@ pub struct Args {
     /// open); `spin`, the same polling a while after each fault; `signal`,
     /// by the faulting thread itself in a SIGBUS handler, which saves two
     /// cross-CPU wake-ups per fault (system call buffers are then pinned
-    /// by the library, as in user mode).
-    #[arg(long, value_enum, default_value = "block")]
+    /// by the library, as in user mode); `auto`, `block` where
+    /// /dev/userfaultfd can be opened and `signal` where it cannot (user
+    /// mode only, where the kernel's faults are not served either way).
+    #[arg(long, value_enum, default_value = "auto")]
     pub handler: crate::usemem::Handler,
     /// The preload library (default: libuzswap_preload.so next to this
     /// binary, or $UZSWAP_PRELOAD).
@@ -328,6 +330,7 @@ pub fn run(a: Args) -> Result<()> {
                     crate::usemem::Handler::Block => "block",
                     crate::usemem::Handler::Spin => "spin",
                     crate::usemem::Handler::Signal => "signal",
+                    crate::usemem::Handler::Auto => "auto",
                 }
                 .into(),
             ),

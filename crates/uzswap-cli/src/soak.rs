@@ -617,6 +617,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Handler::Block => HandlerMode::Block,
             Handler::Spin => HandlerMode::Spin { micros: 200 },
             Handler::Signal => HandlerMode::Signal,
+            Handler::Auto => HandlerMode::Auto,
         },
         ..Config::default()
     };

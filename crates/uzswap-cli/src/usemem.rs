@@ -217,6 +217,9 @@ pub enum Handler {
     Spin,
     /// Faults resolved by the faulting thread in a SIGBUS handler.
     Signal,
+    /// `signal` where the kernel's faults cannot be served anyway (no
+    /// access to /dev/userfaultfd: user mode only), `block` where they can.
+    Auto,
 }
 
 /// The pattern seed: independent of the pass, so read passes can verify.
@@ -566,6 +569,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
                     micros: args.spin_us,
                 },
                 Handler::Signal => HandlerMode::Signal,
+                Handler::Auto => HandlerMode::Auto,
             },
             keep_copy: !args.no_keep_copy,
             partial_faults: !args.no_partial,

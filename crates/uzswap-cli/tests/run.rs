@@ -90,6 +90,10 @@ fn a_python_heap_four_times_the_budget_gives_the_same_output() {
             "not-served"
         };
         assert_eq!(p["kernel_faults"], served, "{extra:?}");
+        // The default handler (`auto`): threads where they serve the
+        // kernel's faults, the faulting thread itself where nothing would.
+        let handler = if extra.is_empty() { "block" } else { "signal" };
+        assert_eq!(p["handler"], handler, "{extra:?}");
     }
 }
 
@@ -222,6 +226,7 @@ fn an_unprivileged_user_gets_the_same_bytes() {
         let p = &summary["processes"][0];
         assert_eq!(p["uffd_open"], "syscall-user-mode", "{p}");
         assert_eq!(p["kernel_faults"], "not-served", "{p}");
+        assert_eq!(p["handler"], "signal", "{p}");
         assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{p}");
     }
 }

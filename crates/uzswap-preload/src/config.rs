@@ -15,7 +15,7 @@
 //! | `UZSWAP_STATS_EVERY` | also every this many seconds |
 //! | `UZSWAP_NO_INHERIT` | programs this one execs run without uzswap |
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
-//! | `UZSWAP_HANDLER` | `block` (default), `spin[:µs]` or `signal`: how faults are resolved |
+//! | `UZSWAP_HANDLER` | `auto` (default: `block` where /dev/userfaultfd opens, else `signal`), `block`, `spin[:µs]` or `signal`: how faults are resolved |
 //! | `UZSWAP_BIND_HANDLERS` | `0`: leave handler threads unbound (`Config::bind_handlers`) |
 
 use std::path::PathBuf;
@@ -57,7 +57,7 @@ fn num(name: &str) -> Result<Option<u64>, String> {
 }
 
 fn handler() -> Result<uzswap::HandlerMode, String> {
-    let v = var("UZSWAP_HANDLER").unwrap_or_else(|| "block".into());
+    let v = var("UZSWAP_HANDLER").unwrap_or_else(|| "auto".into());
     let spin = |us: &str| {
         us.parse::<u32>()
             .map(|micros| uzswap::HandlerMode::Spin { micros })
@@ -66,11 +66,12 @@ fn handler() -> Result<uzswap::HandlerMode, String> {
     match v.as_str() {
         "block" => Ok(uzswap::HandlerMode::Block),
         "signal" => Ok(uzswap::HandlerMode::Signal),
+        "auto" => Ok(uzswap::HandlerMode::Auto),
         "spin" => spin("50"),
         s => match s.strip_prefix("spin:") {
             Some(us) => spin(us),
             None => Err(format!(
-                "UZSWAP_HANDLER={v}: one of block, spin[:µs], signal"
+                "UZSWAP_HANDLER={v}: one of auto, block, spin[:µs], signal"
             )),
         },
     }

@@ -27,7 +27,7 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
     let mut scratch = vec![0u8; sh.chunk];
     let mut faults: Vec<(usize, bool, bool, i32)> = Vec::with_capacity(32);
     let spin = match sh.cfg.handler {
-        super::HandlerMode::Block | super::HandlerMode::Signal => None,
+        super::HandlerMode::Block | super::HandlerMode::Signal | super::HandlerMode::Auto => None,
         super::HandlerMode::Spin { micros } => {
             Some(std::time::Duration::from_micros(micros as u64))
         }

@@ -181,6 +181,13 @@ pub enum HandlerMode {
     /// EFAULT instead of being resolved, and SIGBUS is shared with the
     /// program (chained for every address outside uzswap's regions).
     Signal,
+    /// `Signal` where the kernel's faults cannot be served anyway (the
+    /// userfaultfd was opened in user mode only: an unprivileged user
+    /// without access to `/dev/userfaultfd`), `Block` where they can: on
+    /// the first path the system-call guarantee is the same either way, and
+    /// signal mode saves two wake-ups per fault. Resolved when the instance
+    /// opens its userfaultfd; its stats name the mode it resolved to.
+    Auto,
 }
 
 /// Instance settings.
@@ -722,7 +729,7 @@ pub struct Uzswap {
 }
 
 impl Uzswap {
-    pub fn new(cfg: Config) -> Result<Uzswap, RegionError> {
+    pub fn new(mut cfg: Config) -> Result<Uzswap, RegionError> {
         if cfg.folio_order > MAX_ORDER {
             return Err(RegionError::Config(format!(
                 "folio order {} out of range 0..={MAX_ORDER}",
@@ -739,7 +746,6 @@ impl Uzswap {
             )));
         }
         let chunk = PAGE_SIZE << cfg.folio_order;
-        let signal = cfg.handler == HandlerMode::Signal;
         let min = min_budget(&cfg);
         if cfg.budget < min {
             return Err(RegionError::Config(format!(
@@ -751,7 +757,19 @@ impl Uzswap {
                 chunk >> 10,
             )));
         }
-        let (uffd, open_path) = uffd_sys::open(signal, cfg.user_mode_only)?;
+        let sigbus = match cfg.handler {
+            HandlerMode::Signal => Some(true),
+            HandlerMode::Auto => None,
+            HandlerMode::Block | HandlerMode::Spin { .. } => Some(false),
+        };
+        let (uffd, open_path, signal) = uffd_sys::open(sigbus, cfg.user_mode_only)?;
+        if cfg.handler == HandlerMode::Auto {
+            cfg.handler = if signal {
+                HandlerMode::Signal
+            } else {
+                HandlerMode::Block
+            };
+        }
         let zswap = Arc::new(open_zswap(&cfg)?);
         if zswap.swap_device().is_some() {
             zswap.start_shrinker()?;

@@ -70,7 +70,14 @@ pub enum OpenPath {
 /// Open a non-blocking, close-on-exec userfaultfd with write-protect
 /// support; with `sigbus`, faults raise SIGBUS in the faulting thread
 /// instead of queueing events (`UFFD_FEATURE_SIGBUS`).
-pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), RegionError> {
+/// `sigbus`: raise SIGBUS on faults (`Some(true)`), queue them for handler
+/// threads (`Some(false)`), or the former only where the descriptor could
+/// not be opened through the device (`None`, `HandlerMode::Auto`). Returns
+/// the descriptor, how it was opened, and whether it raises SIGBUS.
+pub fn open(
+    sigbus: Option<bool>,
+    user_mode_only: bool,
+) -> Result<(Uffd, OpenPath, bool), RegionError> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
     let dev = if user_mode_only {
         Err("not tried (user mode only asked for)".to_string())
@@ -87,6 +94,7 @@ pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), Regi
     // SAFETY: `fd` is a freshly created descriptor that nothing else owns;
     // the Uffd takes ownership and closes it on drop.
     let uffd = unsafe { Uffd::from_raw_fd(fd) };
+    let sigbus = sigbus.unwrap_or(path == OpenPath::SyscallUserMode);
     // Handler threads learn which thread took each fault (`locality.rs`).
     let want = if sigbus {
         UFFD_FEATURE_SIGBUS
@@ -122,7 +130,7 @@ pub fn open(sigbus: bool, user_mode_only: bool) -> Result<(Uffd, OpenPath), Regi
         ));
     }
     let _ = UFFDIO_WRITEPROTECT_BIT; // checked per range at register time
-    Ok((uffd, path))
+    Ok((uffd, path, sigbus))
 }
 
 /// Neither way to open a userfaultfd worked: say why, and how to grant
