@@ -254,24 +254,8 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap()
     };
     open(&dir);
-    let bin = dir.join("streams");
-    let st = Command::new(cc)
-        .args(["-O1", "-o"])
-        .arg(&bin)
-        .arg(programs().join("streams.c"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "compiling streams.c");
-    let bin = bin.to_str().unwrap().to_string();
-    let kbin = dir.join("kernel_args");
-    let st = Command::new(cc)
-        .args(["-O1", "-o"])
-        .arg(&kbin)
-        .arg(programs().join("kernel_args.c"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "compiling kernel_args.c");
-    let kbin = kbin.to_str().unwrap().to_string();
+    let bin = compile(cc, "streams", &["-O1"], &dir);
+    let kbin = compile(cc, "kernel_args", &["-O1"], &dir);
     // sort's input: 4 MiB of lines; with its line records and merge space
     // sort uses more than the budget.
     let input = dir.join("input.txt");
@@ -403,6 +387,21 @@ fn cc() -> Option<&'static str> {
     ok.then_some("cc")
 }
 
+/// `tests/programs/NAME.c` compiled with `cc` and `flags` into `dir`; the
+/// binary's path.
+fn compile(cc: &str, name: &str, flags: &[&str], dir: &Path) -> String {
+    let bin = dir.join(name);
+    let st = Command::new(cc)
+        .args(flags)
+        .arg("-o")
+        .arg(&bin)
+        .arg(programs().join(format!("{name}.c")))
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling {name}.c");
+    bin.to_str().unwrap().to_string()
+}
+
 /// Blocks larger than mimalloc's arenas (mapped by mimalloc on its own)
 /// are freed and reallocated as mimalloc's, and a forked child's glibc
 /// blocks are measured by glibc even where another allocator's
@@ -415,15 +414,8 @@ fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
     };
     let dir = std::env::temp_dir().join(format!("uzswap-alloc-edges-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("alloc_edges");
-    let st = Command::new(cc)
-        .args(["-O1", "-o"])
-        .arg(&bin)
-        .arg(programs().join("alloc_edges.c"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "compiling alloc_edges.c");
-    let bin = bin.to_str().unwrap();
+    let bin = compile(cc, "alloc_edges", &["-O1"], &dir);
+    let bin = bin.as_str();
     let args = ["--budget", "32M", "--stats", "/dev/null", "--", bin, "300"];
     assert_eq!(ok(&run(&[], &args), "alloc_edges"), "ok\n");
     // jemalloc as redis loads it (scripts/setup installs redis), after ours.
@@ -635,15 +627,8 @@ fn program_threads_under_both_handler_modes() {
     };
     let dir = std::env::temp_dir().join(format!("uzswap-threads-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("threads");
-    let st = Command::new(cc)
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(programs().join("threads.c"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "compiling threads.c");
-    let bin = bin.to_str().unwrap();
+    let bin = compile(cc, "threads", &["-O2", "-pthread"], &dir);
+    let bin = bin.as_str();
     // 32 MiB of heap under 12 MiB, 4 threads.
     let prog = [bin, "32", "4", "20000"];
     let want = ok(
@@ -675,15 +660,8 @@ fn a_program_that_owns_sigbus_and_blocks_signals() {
     };
     let dir = std::env::temp_dir().join(format!("uzswap-signals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("signals");
-    let st = Command::new(cc)
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(programs().join("signals.c"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "compiling signals.c");
-    let bin = bin.to_str().unwrap();
+    let bin = compile(cc, "signals", &["-O1", "-pthread"], &dir);
+    let bin = bin.as_str();
     for extra in [&[][..], &["--handler", "signal"][..]] {
         let mut args = vec!["--budget", "8M", "--json"];
         args.extend_from_slice(extra);

@@ -100,6 +100,21 @@ pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sigh
     }
 }
 
+/// The mask a `sigprocmask`-like call applies: `set`, or its copy in
+/// `copy` without SIGBUS.
+///
+/// # Safety
+/// `set` is null or a valid signal set.
+unsafe fn applied(
+    how: c_int,
+    set: *const sigset_t,
+    copy: &mut Option<sigset_t>,
+) -> *const sigset_t {
+    // SAFETY: the caller's set.
+    *copy = unsafe { without_sigbus(how, set) };
+    copy.as_ref().map_or(set, |s| s as *const sigset_t)
+}
+
 /// # Safety
 /// As sigprocmask(2).
 #[no_mangle]
@@ -108,9 +123,9 @@ pub unsafe extern "C" fn sigprocmask(
     set: *const sigset_t,
     old: *mut sigset_t,
 ) -> c_int {
+    let mut copy = None;
     // SAFETY: the caller's set.
-    let copy = unsafe { without_sigbus(how, set) };
-    let set = copy.as_ref().map_or(set, |s| s as *const sigset_t);
+    let set = unsafe { applied(how, set, &mut copy) };
     match real::sigprocmask() {
         // SAFETY: the caller's arguments (the set maybe without SIGBUS).
         Some(f) => unsafe { f(how, set, old) },
@@ -129,9 +144,9 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const sigset_t,
     old: *mut sigset_t,
 ) -> c_int {
+    let mut copy = None;
     // SAFETY: the caller's set.
-    let copy = unsafe { without_sigbus(how, set) };
-    let set = copy.as_ref().map_or(set, |s| s as *const sigset_t);
+    let set = unsafe { applied(how, set, &mut copy) };
     match real::pthread_sigmask() {
         // SAFETY: the caller's arguments (the set maybe without SIGBUS).
         Some(f) => unsafe { f(how, set, old) },

@@ -250,29 +250,37 @@ outside!(getaddrinfo(node: *const c_char, svc: *const c_char, hints: *const libc
 outside!(getnameinfo(sa: *const libc::sockaddr, sl: libc::socklen_t, host: *mut c_char, hl: libc::socklen_t, serv: *mut c_char, svl: libc::socklen_t, fl: c_int) -> c_int, libc::EAI_SYSTEM);
 outside!(gethostbyname(name: *const c_char) -> *mut libc::hostent, std::ptr::null_mut());
 
-/// `fread` and its unlocked form: the caller's bytes pinned (writable)
-/// where stdio reads them straight from the kernel.
-macro_rules! reads {
-    ($name:ident) => {
+/// The caller's `total` bytes at `p`, pinned (`write`: writable) where
+/// stdio moves them straight between them and the kernel through `fp`.
+///
+/// # Safety
+/// `fp` is a valid stream.
+unsafe fn pin_direct(p: *const c_void, total: usize, fp: *mut FILE, write: bool) -> Option<Pins> {
+    // SAFETY: the caller's stream.
+    if !unsafe { direct(fp, total) } {
+        return None;
+    }
+    let mut pins = Pins::new()?;
+    pins.add(p, total, write);
+    Some(pins)
+}
+
+/// `fread`/`fwrite` and their unlocked forms (`$write`: the kernel writes
+/// the caller's bytes, as a read does).
+macro_rules! transfers {
+    ($name:ident, $ptr:ty, $write:expr) => {
         /// # Safety
         /// As the libc function of the same name.
         #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            p: *mut c_void,
-            size: size_t,
-            n: size_t,
-            fp: *mut FILE,
-        ) -> size_t {
+        pub unsafe extern "C" fn $name(p: $ptr, size: size_t, n: size_t, fp: *mut FILE) -> size_t {
             let g = guarded();
             let total = size.saturating_mul(n);
-            // SAFETY: the caller's stream.
-            let _pins = (g && unsafe { direct(fp, total) }).then(|| {
-                let mut pins = Pins::new();
-                if let Some(p2) = pins.as_mut() {
-                    p2.add(p, total, true);
-                }
-                pins
-            });
+            // SAFETY: the caller's bytes and stream.
+            let _pins = if g {
+                unsafe { pin_direct(p as *const c_void, total, fp, $write) }
+            } else {
+                None
+            };
             let _g = g.then(Internal::enter);
             match real::$name() {
                 // SAFETY: the caller's arguments.
@@ -283,43 +291,10 @@ macro_rules! reads {
     };
 }
 
-/// `fwrite` and its unlocked form: the caller's bytes pinned where stdio
-/// writes them straight to the kernel.
-macro_rules! writes {
-    ($name:ident) => {
-        /// # Safety
-        /// As the libc function of the same name.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            p: *const c_void,
-            size: size_t,
-            n: size_t,
-            fp: *mut FILE,
-        ) -> size_t {
-            let g = guarded();
-            let total = size.saturating_mul(n);
-            // SAFETY: the caller's stream.
-            let _pins = (g && unsafe { direct(fp, total) }).then(|| {
-                let mut pins = Pins::new();
-                if let Some(p2) = pins.as_mut() {
-                    p2.add(p, total, false);
-                }
-                pins
-            });
-            let _g = g.then(Internal::enter);
-            match real::$name() {
-                // SAFETY: the caller's arguments.
-                Some(f) => unsafe { f(p, size, n, fp) },
-                None => errno_enosys(0),
-            }
-        }
-    };
-}
-
-reads!(fread);
-reads!(fread_unlocked);
-writes!(fwrite);
-writes!(fwrite_unlocked);
+transfers!(fread, *mut c_void, true);
+transfers!(fread_unlocked, *mut c_void, true);
+transfers!(fwrite, *const c_void, false);
+transfers!(fwrite_unlocked, *const c_void, false);
 
 /// A string written to `fp`: pinned where stdio would write it direct.
 ///
