@@ -56,6 +56,33 @@ impl Pins {
         self.add(s as *const c_void, n + 1, false);
     }
 
+    /// A null-terminated array of strings (`argv`, `envp`) and its
+    /// strings.
+    ///
+    /// # Safety
+    /// `v` is null or a null-terminated array of NUL-terminated strings.
+    unsafe fn strv(&mut self, v: *const *const libc::c_char) {
+        if v.is_null() {
+            return;
+        }
+        let mut n = 0;
+        loop {
+            // SAFETY: the caller's array, read up to its terminating null.
+            let s = unsafe { *v.add(n) };
+            if s.is_null() {
+                break;
+            }
+            // SAFETY: an entry of the array: a string.
+            unsafe { self.path(s) };
+            n += 1;
+        }
+        self.add(
+            v as *const c_void,
+            (n + 1) * std::mem::size_of::<usize>(),
+            false,
+        );
+    }
+
     /// An iovec array (read by the kernel) and the buffers it names.
     ///
     /// # Safety
@@ -296,6 +323,45 @@ wrap!(truncate(pa: Cs, n: i64) -> [i32] pins |p| { p.path(pa) }
     => |f: unsafe extern "C" fn(Cs, i64) -> i32| f(pa, n));
 wrap!(getdents64(fd: i32, b: *mut c_void, n: usize) pins |p| { p.add(b, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut c_void, usize) -> Ssize| f(fd, b, n));
+
+// Starting a program: the kernel reads the path, the argument and
+// environment vectors and their strings when the child `exec`s, and the
+// child of `posix_spawn` shares our memory until then (`environ` is heap
+// memory once the program has called `setenv`). The calls return once the
+// child has `exec`ed or failed, so the pins cover it. `execve` and its
+// family are not wrapped: called in a `vfork` child, a pin would never be
+// dropped, and the parent would keep those chunks pinned for good.
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+type Argv = *const *const libc::c_char;
+type Pid = *mut libc::pid_t;
+type Fa = *const libc::posix_spawn_file_actions_t;
+type Attr = *const libc::posix_spawnattr_t;
+wrap!(posix_spawn(pid: Pid, pa: Cs, fa: Fa, at: Attr, av: Argv, ev: Argv) -> [i32]
+    pins |p| { p.path(pa); p.strv(av); p.strv(ev) }
+    => |f: unsafe extern "C" fn(Pid, Cs, Fa, Attr, Argv, Argv) -> i32| f(pid, pa, fa, at, av, ev));
+wrap!(posix_spawnp(pid: Pid, pa: Cs, fa: Fa, at: Attr, av: Argv, ev: Argv) -> [i32]
+    pins |p| { p.path(pa); p.strv(av); p.strv(ev) }
+    => |f: unsafe extern "C" fn(Pid, Cs, Fa, Attr, Argv, Argv) -> i32| f(pid, pa, fa, at, av, ev));
+wrap!(system(cmd: Cs) -> [i32]
+    pins |p| { p.path(cmd); p.strv(environ) }
+    => |f: unsafe extern "C" fn(Cs) -> i32| f(cmd));
+
+/// `popen`'s command and the environment its child gets, pinned for the
+/// call (`streams::popen`).
+///
+/// # Safety
+/// `cmd` is a NUL-terminated string.
+pub(crate) unsafe fn pin_spawn(cmd: Cs) -> Option<Pins> {
+    let mut p = Pins::new()?;
+    // SAFETY: the caller's command; glibc's environment.
+    unsafe {
+        p.path(cmd);
+        p.strv(environ);
+    }
+    Some(p)
+}
 
 /// Random bytes straight into region memory (Python's `os.urandom`, a
 /// `bytearray` of them): without the pin, EFAULT where the kernel's faults

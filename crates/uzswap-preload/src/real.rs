@@ -186,6 +186,9 @@ real_fns! {
     chmod: unsafe extern "C" fn(Str, u32) -> c_int;
     truncate: unsafe extern "C" fn(Str, i64) -> c_int;
     getdents64: unsafe extern "C" fn(c_int, *mut c_void, usize) -> Ssize;
+    posix_spawn: unsafe extern "C" fn(*mut libc::pid_t, Str, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const Str, *const Str) -> c_int;
+    posix_spawnp: unsafe extern "C" fn(*mut libc::pid_t, Str, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const Str, *const Str) -> c_int;
+    system: unsafe extern "C" fn(Str) -> c_int;
     // Signals (`signals.rs`).
     sigaction: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
     signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;

@@ -226,7 +226,30 @@ opens!(freopen(path: *const c_char, mode: *const c_char, fp: *mut FILE));
 opens!(freopen64(path: *const c_char, mode: *const c_char, fp: *mut FILE));
 opens!(tmpfile());
 opens!(tmpfile64());
-opens!(popen(cmd: *const c_char, mode: *const c_char));
+/// # Safety
+/// As popen(3): its stream's buffer from glibc, and its command and
+/// environment pinned until the child has `exec`ed.
+#[no_mangle]
+pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut FILE {
+    let g = guarded();
+    let _pins = if g {
+        // SAFETY: the caller's command.
+        unsafe { crate::buffers::pin_spawn(cmd) }
+    } else {
+        None
+    };
+    let _g = g.then(Internal::enter);
+    let fp = match real::popen() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(cmd, mode) },
+        None => errno_enosys(std::ptr::null_mut()),
+    };
+    if g {
+        // SAFETY: null or the stream just opened.
+        unsafe { own_buffer(fp) };
+    }
+    fp
+}
 
 outside!(opendir(path: *const c_char) -> *mut libc::DIR, std::ptr::null_mut());
 outside!(fdopendir(fd: c_int) -> *mut libc::DIR, std::ptr::null_mut());
@@ -275,8 +298,8 @@ macro_rules! transfers {
         pub unsafe extern "C" fn $name(p: $ptr, size: size_t, n: size_t, fp: *mut FILE) -> size_t {
             let g = guarded();
             let total = size.saturating_mul(n);
-            // SAFETY: the caller's bytes and stream.
             let _pins = if g {
+                // SAFETY: the caller's bytes and stream.
                 unsafe { pin_direct(p as *const c_void, total, fp, $write) }
             } else {
                 None

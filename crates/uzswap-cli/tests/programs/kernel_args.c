@@ -4,8 +4,10 @@
  * redis keeps its array on the heap; poll and ppoll read the fds and write
  * revents; select and pselect read and write fd sets), and paths and stat
  * buffers (open, stat, lstat, fstat, access, readlink, rename, unlink,
- * mkdir, rmdir, chdir). Where the kernel's faults are not served, each
- * failed with EFAULT before the library pinned them.
+ * mkdir, rmdir, chdir), and starting programs with arguments and an
+ * environment on the heap (posix_spawn, system, popen). Where the
+ * kernel's faults are not served, each failed with EFAULT before the
+ * library pinned them.
  *
  *   kernel_args DIR ROUNDS
  *
@@ -23,6 +25,10 @@
 #include <sys/select.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+extern char **environ;
 #include <unistd.h>
 
 static void die(const char *what) {
@@ -149,6 +155,61 @@ int main(int argc, char **argv) {
         page_out(path, 4096);
         if (rmdir(path) != 0)
             die("rmdir");
+    }
+
+    /* Programs started with heap arguments and a heap environment (setenv
+     * moves the environment array onto the heap). */
+    char *value = heap(4096, 0);
+    memset(value, 'v', 3000);
+    value[3000] = 0;
+    if (setenv("UZSWAP_TEST_VALUE", value, 1) != 0)
+        die("setenv");
+    char **av = heap(4 * sizeof *av, 0);
+    av[0] = heap(16, 0);
+    av[1] = heap(16, 0);
+    av[2] = heap(64, 0);
+    av[3] = NULL;
+    strcpy(av[0], "/bin/sh");
+    strcpy(av[1], "-c");
+    strcpy(av[2], "test ${#UZSWAP_TEST_VALUE} = 3000 && exit 7");
+    for (int r = 0; r < rounds; r++) {
+        char **e = environ;
+        size_t n = 0;
+        while (e[n])
+            n++;
+        for (size_t i = 0; i < n; i++)
+            page_out(e[i], strlen(e[i]));
+        page_out(e, (n + 1) * sizeof *e);
+        for (int i = 0; i < 3; i++)
+            page_out(av[i], strlen(av[i]));
+        page_out(av, 4 * sizeof *av);
+        pid_t pid;
+        int st;
+        int err = posix_spawn(&pid, av[0], NULL, NULL, av, environ);
+        if (err != 0) {
+            errno = err;
+            die("posix_spawn");
+        }
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 7) {
+            printf("posix_spawn: the child's status is %d\n", st);
+            return 1;
+        }
+        page_out(e, (n + 1) * sizeof *e);
+        page_out(av[2], strlen(av[2]));
+        st = system(av[2]);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 7) {
+            printf("system: status %d\n", st);
+            return 1;
+        }
+        page_out(e, (n + 1) * sizeof *e);
+        FILE *p = popen(av[2], "r");
+        if (!p)
+            die("popen");
+        st = pclose(p);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 7) {
+            printf("popen: status %d\n", st);
+            return 1;
+        }
     }
     printf("ok\n");
     return 0;
