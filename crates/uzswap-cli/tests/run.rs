@@ -256,12 +256,12 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
     open(&dir);
     let bin = compile(cc, "streams", &["-O1"], &dir);
     let kbin = compile(cc, "kernel_args", &["-O1"], &dir);
-    // sort's input: 4 MiB of lines; with its line records and merge space
+    // sort's input: 2 MiB of lines; with its line records and merge space
     // sort uses more than the budget.
     let input = dir.join("input.txt");
-    let mut text = String::with_capacity(4 << 20);
+    let mut text = String::with_capacity(2 << 20);
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    while text.len() < 4 << 20 {
+    while text.len() < 2 << 20 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
@@ -292,18 +292,18 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
         let mut args = vec!["--budget", "6M", "--stats", "/dev/null"];
         args.extend_from_slice(extra);
         let mut a = args.clone();
-        a.extend_from_slice(&["--", &bin, work.to_str().unwrap(), "16"]);
+        a.extend_from_slice(&["--", &bin, work.to_str().unwrap(), "12"]);
         assert_eq!(ok(&run(pre, &a), &what), "ok\n", "{what}");
         std::fs::remove_dir_all(&work).unwrap();
         std::fs::create_dir_all(&work).unwrap();
         open(&work);
         let mut a = args.clone();
-        a.extend_from_slice(&["--", &kbin, work.to_str().unwrap(), "4"]);
+        a.extend_from_slice(&["--", &kbin, work.to_str().unwrap(), "2"]);
         let out = ok(&run(pre, &a), &format!("kernel_args {what}"));
         assert_eq!(out, "ok\n", "kernel_args {what}");
         std::fs::remove_dir_all(&work).unwrap();
         let mut a = args.clone();
-        a.extend_from_slice(&["--", "env", "LC_ALL=C", "sort", "-S", "16M", &input]);
+        a.extend_from_slice(&["--", "env", "LC_ALL=C", "sort", "-S", "8M", &input]);
         let out = ok(&run(pre, &a), &format!("sort {what}"));
         assert!(out == want_sorted, "sort {what}: output differs");
     }
