@@ -47,7 +47,7 @@ impl Pins {
     ///
     /// # Safety
     /// `s` is null or a NUL-terminated string.
-    unsafe fn path(&mut self, s: *const libc::c_char) {
+    pub(crate) unsafe fn path(&mut self, s: *const libc::c_char) {
         if s.is_null() || !crate::vma::in_regions(s as usize) {
             return;
         }
@@ -214,11 +214,11 @@ wrap!(epoll_pwait(ep: i32, ev: *mut libc::epoll_event, n: i32, t: i32, m: *const
     => |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32, *const libc::sigset_t) -> i32|
         f(ep, ev, n, t, m));
 wrap!(poll(fds: *mut libc::pollfd, n: libc::nfds_t, t: i32) -> [i32]
-    pins |p| { p.add(fds as *const _, n as usize * std::mem::size_of::<libc::pollfd>(), true) }
+    pins |p| { p.add(fds as *const _, (n as usize).saturating_mul(std::mem::size_of::<libc::pollfd>()), true) }
     => |f: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, i32) -> i32| f(fds, n, t));
 wrap!(ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec, m: *const libc::sigset_t) -> [i32]
     pins |p| {
-        p.add(fds as *const _, n as usize * std::mem::size_of::<libc::pollfd>(), true);
+        p.add(fds as *const _, (n as usize).saturating_mul(std::mem::size_of::<libc::pollfd>()), true);
         p.add(t as *const _, std::mem::size_of::<libc::timespec>(), false);
         p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
     }
@@ -245,13 +245,10 @@ wrap!(pselect(n: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::
 /// The fd sets of a select: the kernel reads and writes the words that
 /// hold descriptors below `n`.
 fn pin_fd_sets(p: &mut Pins, n: i32, sets: [*mut libc::fd_set; 3]) {
+    // Programs past FD_SETSIZE pass larger sets; the kernel reads n bits.
     let bytes = (n.max(0) as usize).div_ceil(64) * 8;
     for s in sets {
-        p.add(
-            s as *const _,
-            bytes.min(std::mem::size_of::<libc::fd_set>()),
-            true,
-        );
+        p.add(s as *const _, bytes, true);
     }
 }
 
@@ -287,6 +284,24 @@ wrap!(fstatat(d: i32, pa: Cs, b: St, fl: i32) -> [i32]
 wrap!(statx(d: i32, pa: Cs, fl: i32, m: u32, b: *mut libc::statx) -> [i32]
     pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::statx>(), true) }
     => |f: unsafe extern "C" fn(i32, Cs, i32, u32, *mut libc::statx) -> i32| f(d, pa, fl, m, b));
+// The 64-bit names programs built with `_FILE_OFFSET_BITS=64` call
+// (CPython's `os.stat` is `stat64`): the same calls on 64-bit targets.
+wrap!(stat64(pa: Cs, b: St) -> [i32]
+    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
+wrap!(lstat64(pa: Cs, b: St) -> [i32]
+    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
+wrap!(fstat64(fd: i32, b: St) -> [i32]
+    pins |p| { p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(i32, St) -> i32| f(fd, b));
+wrap!(fstatat64(d: i32, pa: Cs, b: St, fl: i32) -> [i32]
+    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    => |f: unsafe extern "C" fn(i32, Cs, St, i32) -> i32| f(d, pa, b, fl));
+wrap!(creat64(pa: Cs, mo: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(pa, mo));
+wrap!(truncate64(pa: Cs, n: i64) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, i64) -> i32| f(pa, n));
 wrap!(access(pa: Cs, m: i32) -> [i32] pins |p| { p.path(pa) }
     => |f: unsafe extern "C" fn(Cs, i32) -> i32| f(pa, m));
 wrap!(faccessat(d: i32, pa: Cs, m: i32, fl: i32) -> [i32] pins |p| { p.path(pa) }
@@ -341,12 +356,41 @@ type Attr = *const libc::posix_spawnattr_t;
 wrap!(posix_spawn(pid: Pid, pa: Cs, fa: Fa, at: Attr, av: Argv, ev: Argv) -> [i32]
     pins |p| { p.path(pa); p.strv(av); p.strv(ev) }
     => |f: unsafe extern "C" fn(Pid, Cs, Fa, Attr, Argv, Argv) -> i32| f(pid, pa, fa, at, av, ev));
+// The child searches PATH in `environ`, not in `ev`.
 wrap!(posix_spawnp(pid: Pid, pa: Cs, fa: Fa, at: Attr, av: Argv, ev: Argv) -> [i32]
-    pins |p| { p.path(pa); p.strv(av); p.strv(ev) }
+    pins |p| { p.path(pa); p.strv(av); p.strv(ev); p.strv(environ) }
     => |f: unsafe extern "C" fn(Pid, Cs, Fa, Attr, Argv, Argv) -> i32| f(pid, pa, fa, at, av, ev));
 wrap!(system(cmd: Cs) -> [i32]
     pins |p| { p.path(cmd); p.strv(environ) }
     => |f: unsafe extern "C" fn(Cs) -> i32| f(cmd));
+
+// The file actions a spawn child carries out (paths to open, a directory)
+// are glibc's copies in an array glibc grows: made with the re-entry guard
+// up they are glibc's memory, never evicted, so the child, which runs with
+// every signal blocked, reads them without a fault.
+macro_rules! actions {
+    ($name:ident($($a:ident: $t:ty),*)) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> i32 {
+            let _g = crate::active()
+                .filter(|st| st.pin_buffers)
+                .map(|_| crate::Internal::enter());
+            match real::$name() {
+                // SAFETY: the caller's arguments.
+                Some(f) => unsafe { f($($a),*) },
+                None => libc::ENOSYS,
+            }
+        }
+    };
+}
+type FaMut = *mut libc::posix_spawn_file_actions_t;
+actions!(posix_spawn_file_actions_addopen(fa: FaMut, fd: i32, pa: Cs, fl: i32, mo: u32));
+actions!(posix_spawn_file_actions_addclose(fa: FaMut, fd: i32));
+actions!(posix_spawn_file_actions_adddup2(fa: FaMut, fd: i32, to: i32));
+actions!(posix_spawn_file_actions_addchdir_np(fa: FaMut, pa: Cs));
+actions!(posix_spawn_file_actions_addfchdir_np(fa: FaMut, fd: i32));
 
 /// `popen`'s command and the environment its child gets, pinned for the
 /// call (`streams::popen`).

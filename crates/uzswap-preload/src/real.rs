@@ -163,6 +163,12 @@ real_fns! {
     openat: unsafe extern "C" fn(c_int, Str, c_int, u32) -> c_int;
     openat64: unsafe extern "C" fn(c_int, Str, c_int, u32) -> c_int;
     creat: unsafe extern "C" fn(Str, u32) -> c_int;
+    creat64: unsafe extern "C" fn(Str, u32) -> c_int;
+    stat64: unsafe extern "C" fn(Str, *mut libc::stat) -> c_int;
+    lstat64: unsafe extern "C" fn(Str, *mut libc::stat) -> c_int;
+    fstat64: unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
+    fstatat64: unsafe extern "C" fn(c_int, Str, *mut libc::stat, c_int) -> c_int;
+    truncate64: unsafe extern "C" fn(Str, i64) -> c_int;
     stat: unsafe extern "C" fn(Str, *mut libc::stat) -> c_int;
     lstat: unsafe extern "C" fn(Str, *mut libc::stat) -> c_int;
     fstat: unsafe extern "C" fn(c_int, *mut libc::stat) -> c_int;
@@ -189,9 +195,17 @@ real_fns! {
     posix_spawn: unsafe extern "C" fn(*mut libc::pid_t, Str, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const Str, *const Str) -> c_int;
     posix_spawnp: unsafe extern "C" fn(*mut libc::pid_t, Str, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const Str, *const Str) -> c_int;
     system: unsafe extern "C" fn(Str) -> c_int;
+    posix_spawn_file_actions_addopen: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, c_int, Str, c_int, u32) -> c_int;
+    posix_spawn_file_actions_addclose: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, c_int) -> c_int;
+    posix_spawn_file_actions_adddup2: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, c_int, c_int) -> c_int;
+    posix_spawn_file_actions_addchdir_np: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, Str) -> c_int;
+    posix_spawn_file_actions_addfchdir_np: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, c_int) -> c_int;
     // Signals (`signals.rs`).
     sigaction: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
     signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    bsd_signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    __sysv_signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
+    sysv_signal: unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
     sigprocmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
     pthread_sigmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
     // Streams (`streams.rs`).
@@ -204,6 +218,7 @@ real_fns! {
     tmpfile64: unsafe extern "C" fn() -> File;
     popen: unsafe extern "C" fn(Str, Str) -> File;
     fclose: unsafe extern "C" fn(File) -> c_int;
+    pclose: unsafe extern "C" fn(File) -> c_int;
     fread: unsafe extern "C" fn(*mut c_void, usize, usize, File) -> usize;
     fread_unlocked: unsafe extern "C" fn(*mut c_void, usize, usize, File) -> usize;
     fwrite: unsafe extern "C" fn(*const c_void, usize, usize, File) -> usize;

@@ -2,7 +2,7 @@
 //! uzswap's handler resolves in the faulting thread, so the program must
 //! neither replace that handler nor block the signal.
 //!
-//! - `sigaction(SIGBUS, ...)` and `signal(SIGBUS, ...)` set and report the
+//! - `sigaction(SIGBUS, ...)` and the `signal` family on SIGBUS set and report the
 //!   disposition uzswap chains to for every SIGBUS that is not a fault on
 //!   its regions (`uzswap::region::swap_chained_sigbus`), never the
 //!   kernel's: redis installs its crash reporter on SIGBUS as it starts,
@@ -80,25 +80,57 @@ pub unsafe extern "C" fn sigaction(
     }
 }
 
-/// # Safety
-/// As signal(2) (glibc's: BSD semantics, `SA_RESTART`).
-#[no_mangle]
-pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == libc::SIGBUS && uzswap::region::sigbus_installed() {
-        // SAFETY: zeroed is a valid sigaction; the handler and flags set.
-        let mut sa: Sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = h;
-        sa.sa_flags = libc::SA_RESTART;
-        if let Some(prev) = uzswap::region::swap_chained_sigbus(Some(&sa)) {
-            return prev.sa_sigaction;
-        }
+/// The `signal` family on SIGBUS while our handler is installed: the
+/// chained disposition gets `h` with `flags`; None where it is not ours.
+fn chain_handler(sig: c_int, h: libc::sighandler_t, flags: c_int) -> Option<libc::sighandler_t> {
+    if sig != libc::SIGBUS || !uzswap::region::sigbus_installed() {
+        return None;
     }
-    match real::signal() {
-        // SAFETY: the caller's arguments.
-        Some(f) => unsafe { f(sig, h) },
-        None => libc::SIG_ERR,
-    }
+    // SAFETY: zeroed is a valid sigaction; the handler and flags set.
+    let mut sa: Sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = h;
+    sa.sa_flags = flags;
+    uzswap::region::swap_chained_sigbus(Some(&sa)).map(|prev| prev.sa_sigaction)
 }
+
+macro_rules! signal_fn {
+    ($name:ident, $flags:expr, $what:literal) => {
+        #[doc = $what]
+        ///
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
+            if let Some(prev) = chain_handler(sig, h, $flags) {
+                return prev;
+            }
+            match real::$name() {
+                // SAFETY: the caller's arguments.
+                Some(f) => unsafe { f(sig, h) },
+                None => libc::SIG_ERR,
+            }
+        }
+    };
+}
+
+signal_fn!(
+    signal,
+    libc::SA_RESTART,
+    "signal(2): glibc's, BSD semantics."
+);
+signal_fn!(bsd_signal, libc::SA_RESTART, "bsd_signal(3).");
+// What `signal` compiles to under -std=c99/c11 (System V semantics:
+// one-shot, not blocked while it runs).
+signal_fn!(
+    __sysv_signal,
+    libc::SA_RESETHAND | libc::SA_NODEFER,
+    "__sysv_signal: `signal` under strict ISO C."
+);
+signal_fn!(
+    sysv_signal,
+    libc::SA_RESETHAND | libc::SA_NODEFER,
+    "sysv_signal(3)."
+);
 
 /// The mask a `sigprocmask`-like call applies: `set`, or its copy in
 /// `copy` without SIGBUS.

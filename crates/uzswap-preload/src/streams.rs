@@ -96,14 +96,16 @@ unsafe fn block_size(fp: *mut FILE) -> usize {
 /// Whether a transfer of `n` bytes through `fp` may go straight between
 /// the caller's memory and the kernel (glibc's `_IO_file_xsgetn` and
 /// `_IO_new_file_xsputn`: whole blocks of a request that does not fit the
-/// buffer go direct; with no buffer, everything does).
+/// buffer go direct; with no buffer, or one under 128 bytes, everything
+/// may).
 ///
 /// # Safety
 /// `fp` is a valid stream.
 unsafe fn direct(fp: *mut FILE, n: usize) -> bool {
     // SAFETY: the caller's stream.
     let b = unsafe { block_size(fp) };
-    n > 0 && (b == 0 || n >= b)
+    // Under 128 bytes of buffer glibc writes what does not fit whole.
+    n > 0 && (b < 128 || n >= b)
 }
 
 /// Give stream `fp` its buffer from glibc's heap now (the guard is up in
@@ -198,12 +200,18 @@ macro_rules! outside {
 
 /// A call that opens a stream: its buffer is given at once, from glibc.
 macro_rules! opens {
-    ($name:ident($($a:ident: $t:ty),*)) => {
+    ($name:ident($($a:ident: $t:ty),*) $(path $path:ident)?) => {
         /// # Safety
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> *mut FILE {
             let g = guarded();
+            // The path glibc's internal `open` reads.
+            let _pins = g.then(Pins::new).flatten().map(|mut _p| {
+                // SAFETY: the caller's path, a NUL-terminated string.
+                $(unsafe { _p.path($path) };)?
+                _p
+            });
             let _g = g.then(Internal::enter);
             let fp = match real::$name() {
                 // SAFETY: the caller's arguments.
@@ -219,11 +227,11 @@ macro_rules! opens {
     };
 }
 
-opens!(fopen(path: *const c_char, mode: *const c_char));
-opens!(fopen64(path: *const c_char, mode: *const c_char));
+opens!(fopen(path: *const c_char, mode: *const c_char) path path);
+opens!(fopen64(path: *const c_char, mode: *const c_char) path path);
 opens!(fdopen(fd: c_int, mode: *const c_char));
-opens!(freopen(path: *const c_char, mode: *const c_char, fp: *mut FILE));
-opens!(freopen64(path: *const c_char, mode: *const c_char, fp: *mut FILE));
+opens!(freopen(path: *const c_char, mode: *const c_char, fp: *mut FILE) path path);
+opens!(freopen64(path: *const c_char, mode: *const c_char, fp: *mut FILE) path path);
 opens!(tmpfile());
 opens!(tmpfile64());
 /// # Safety
@@ -251,9 +259,41 @@ pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut 
     fp
 }
 
-outside!(opendir(path: *const c_char) -> *mut libc::DIR, std::ptr::null_mut());
+/// # Safety
+/// As opendir(3): the `DIR` (and its buffer) from glibc, the path pinned.
+#[no_mangle]
+pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
+    let g = guarded();
+    let _pins = g.then(Pins::new).flatten().map(|mut p| {
+        // SAFETY: the caller's path.
+        unsafe { p.path(path) };
+        p
+    });
+    let _g = g.then(Internal::enter);
+    match real::opendir() {
+        // SAFETY: the caller's argument.
+        Some(f) => unsafe { f(path) },
+        None => errno_enosys(std::ptr::null_mut()),
+    }
+}
 outside!(fdopendir(fd: c_int) -> *mut libc::DIR, std::ptr::null_mut());
-outside!(getcwd(buf: *mut c_char, n: size_t) -> *mut c_char, std::ptr::null_mut());
+/// # Safety
+/// As getcwd(3): a buffer it allocates comes from glibc; the caller's is
+/// pinned, as the kernel writes it.
+#[no_mangle]
+pub unsafe extern "C" fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char {
+    let g = guarded();
+    let _pins = g.then(Pins::new).flatten().map(|mut p| {
+        p.add(buf as *const c_void, n, true);
+        p
+    });
+    let _g = g.then(Internal::enter);
+    match real::getcwd() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(buf, n) },
+        None => errno_enosys(std::ptr::null_mut()),
+    }
+}
 outside!(realpath(path: *const c_char, out: *mut c_char) -> *mut c_char, std::ptr::null_mut());
 outside!(canonicalize_file_name(path: *const c_char) -> *mut c_char, std::ptr::null_mut());
 outside!(glob(p: *const c_char, fl: c_int, err: real::GlobErr, g: *mut libc::glob_t) -> c_int, libc::GLOB_NOSPACE);
@@ -430,22 +470,38 @@ pub unsafe extern "C" fn setbuffer(fp: *mut FILE, buf: *mut c_char, n: size_t) {
     }
 }
 
-/// # Safety
-/// As fclose(3).
-#[no_mangle]
-pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
-    let g = guarded();
-    let r = {
-        let _g = g.then(Internal::enter);
-        match real::fclose() {
-            // SAFETY: the caller's stream.
-            Some(f) => unsafe { f(fp) },
-            None => errno_enosys(libc::EOF),
+/// Take stream `fp`'s pinned buffer out of the table before the stream
+/// goes (its address may be reused by another thread's `fopen` at once);
+/// the pin is dropped after the close.
+fn take_user_buffer(fp: *mut FILE) -> Option<(usize, uzswap::region::PinGuard<'static>)> {
+    let mut t = USER_BUFFERS.lock();
+    let i = t.iter().position(|(f, _)| *f == fp as usize)?;
+    Some(t.swap_remove(i))
+}
+
+macro_rules! closes {
+    ($name:ident) => {
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fp: *mut FILE) -> c_int {
+            let g = guarded();
+            let pinned = if g { take_user_buffer(fp) } else { None };
+            let r = {
+                let _g = g.then(Internal::enter);
+                match real::$name() {
+                    // SAFETY: the caller's stream.
+                    Some(f) => unsafe { f(fp) },
+                    None => errno_enosys(-1),
+                }
+            };
+            // Its buffer is the program's memory again.
+            let _g = Internal::enter();
+            drop(pinned);
+            r
         }
     };
-    if g {
-        // Its buffer is the program's memory again.
-        set_user_buffer(fp, std::ptr::null_mut(), 0);
-    }
-    r
 }
+
+closes!(fclose);
+closes!(pclose);

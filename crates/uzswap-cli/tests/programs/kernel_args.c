@@ -4,8 +4,9 @@
  * redis keeps its array on the heap; poll and ppoll read the fds and write
  * revents; select and pselect read and write fd sets), and paths and stat
  * buffers (open, stat, lstat, fstat, access, readlink, rename, unlink,
- * mkdir, rmdir, chdir), and starting programs with arguments and an
- * environment on the heap (posix_spawn, system, popen). Where the
+ * mkdir, rmdir, chdir, stat64, fopen, opendir), and starting programs
+ * with arguments, an environment and file actions on the heap
+ * (posix_spawn, system, popen). Where the
  * kernel's faults are not served, each failed with EFAULT before the
  * library pinned them.
  *
@@ -24,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/stat.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -125,6 +127,18 @@ int main(int argc, char **argv) {
         page_out(path, 4096);
         if (access(path, R_OK) != 0)
             die("access");
+        /* The 64-bit name (what CPython's os.stat calls), and stdio's own
+         * open of the path. */
+        struct stat64 *st64 = heap(sizeof *st64, 0);
+        page_out(path, 4096);
+        page_out(st64, sizeof *st64);
+        if (stat64(path, st64) != 0 || st64->st_size != 3)
+            die("stat64");
+        page_out(path, 4096);
+        FILE *fp = fopen(path, "r");
+        if (!fp)
+            die("fopen");
+        fclose(fp);
         page_out(path, 4096);
         page_out(path2, 4096);
         if (rename(path, path2) != 0)
@@ -149,6 +163,11 @@ int main(int argc, char **argv) {
         page_out(path, 4096);
         if (mkdir(path, 0700) != 0)
             die("mkdir");
+        page_out(path, 4096);
+        DIR *dp = opendir(path);
+        if (!dp)
+            die("opendir");
+        closedir(dp);
         page_out(path, 4096);
         if (chdir(path) != 0 || chdir(dir) != 0)
             die("chdir");
@@ -185,7 +204,17 @@ int main(int argc, char **argv) {
         page_out(av, 4 * sizeof *av);
         pid_t pid;
         int st;
-        int err = posix_spawn(&pid, av[0], NULL, NULL, av, environ);
+        /* A file action too: the child, every signal blocked, reads
+         * its path and the actions array. */
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        char *devnull = heap(16, 0);
+        strcpy(devnull, "/dev/null");
+        posix_spawn_file_actions_addopen(&fa, 0, devnull, O_RDONLY, 0);
+        page_out(devnull, 16);
+        page_out(fa.__actions, 4096);
+        int err = posix_spawn(&pid, av[0], &fa, NULL, av, environ);
+        posix_spawn_file_actions_destroy(&fa);
         if (err != 0) {
             errno = err;
             die("posix_spawn");

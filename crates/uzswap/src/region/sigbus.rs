@@ -29,15 +29,14 @@
 //!
 //! Locking: `INSTANCES` is read-held only to find the instance of an
 //! address; it is written when an instance starts or stops. The chained
-//! disposition is read by the handler with one atomic load (a signal
-//! handler must not wait on a lock its own thread may hold) and replaced
-//! under `CHAIN_WRITE`; each replaced one is leaked, as a handler running
-//! on another thread may still read it (a program sets SIGBUS a few times
-//! in its life).
+//! disposition is read by the handler with one atomic load and replaced
+//! with one atomic swap into a ring of static slots: no lock and no
+//! allocation, since the program may change SIGBUS from a signal handler
+//! or a forked child.
 
 use super::{fault, RegionError, Shared};
-use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicPtr, Ordering::*};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::*};
 use std::sync::{Arc, OnceLock};
 
 /// Instances in signal mode.
@@ -46,10 +45,30 @@ static INSTANCES: RwLock<Vec<Arc<Shared>>> = RwLock::new(Vec::new());
 static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
 /// The disposition chained to for every SIGBUS that is not ours: what
 /// SIGBUS had before ours, or what the program set since. Null until
-/// installed.
+/// installed. Points into `SLOTS`.
 static CHAINED: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
-/// Serialises replacements of `CHAINED`.
-static CHAIN_WRITE: Mutex<()> = Mutex::new(());
+/// Slots the chained disposition is written to, in turn: no lock and no
+/// allocation, so the program may set SIGBUS from a signal handler (crash
+/// handlers reset it there) or in a forked child. A reader holds a slot
+/// for one call; it is rewritten only after `SLOTS_N` more changes.
+const SLOTS_N: usize = 16;
+static SLOTS: [Slot; SLOTS_N] = [const { Slot(std::cell::UnsafeCell::new(None)) }; SLOTS_N];
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+struct Slot(std::cell::UnsafeCell<Option<libc::sigaction>>);
+// SAFETY: a slot is written only by the writer that took it from
+// `NEXT_SLOT` (each index goes to one writer per round of `SLOTS_N`) before
+// it is published, and read only after.
+unsafe impl Sync for Slot {}
+
+/// Write `a` to the next slot and make it the chained disposition;
+/// returns the one it replaces (null before the first).
+fn publish(a: libc::sigaction) -> *mut libc::sigaction {
+    let slot = &SLOTS[NEXT_SLOT.fetch_add(1, Relaxed) % SLOTS_N];
+    // SAFETY: this slot is ours until published (see `Slot`).
+    let p = unsafe { (*slot.0.get()).insert(a) as *mut libc::sigaction };
+    CHAINED.swap(p, AcqRel)
+}
 
 /// The kernel's `struct sigaction` (x86-64 and the generic layout).
 #[repr(C)]
@@ -72,17 +91,15 @@ pub fn installed() -> bool {
 /// installed (the kernel's disposition is the program's). For the preload
 /// library's `sigaction` and `signal`.
 pub fn swap_chained(new: Option<&libc::sigaction>) -> Option<libc::sigaction> {
-    let _w = CHAIN_WRITE.lock();
-    let cur = CHAINED.load(Acquire);
-    if cur.is_null() {
+    if !installed() {
         return None;
     }
-    // SAFETY: published by `install` or below and never freed.
-    let old = unsafe { *cur };
-    if let Some(n) = new {
-        CHAINED.store(Box::into_raw(Box::new(*n)), Release);
-    }
-    Some(old)
+    let old = match new {
+        Some(n) => publish(*n),
+        None => CHAINED.load(Acquire),
+    };
+    // SAFETY: a published slot (see `Slot`).
+    Some(unsafe { *old })
 }
 
 /// Route this instance's faults to the signal handler (installed once per
@@ -122,7 +139,21 @@ fn install() -> Result<(), String> {
             std::io::Error::last_os_error()
         ));
     }
-    CHAINED.store(Box::into_raw(Box::new(old)), Release);
+    publish(old);
+    // A SIGBUS blocked since before us (inherited across `exec`) would end
+    // the process at the first fault. The kernel's call: the program's
+    // `sigprocmask` may be a preload library's.
+    let unblock: u64 = 1 << (libc::SIGBUS - 1);
+    // SAFETY: a valid set of the kernel's size; no old set read.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_UNBLOCK,
+            &unblock as *const u64,
+            std::ptr::null_mut::<u64>(),
+            std::mem::size_of::<u64>(),
+        );
+    }
     Ok(())
 }
 
@@ -177,8 +208,33 @@ fn chain(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, ctx: *
     if p.is_null() {
         return;
     }
-    // SAFETY: published by `install` or `swap_chained`, never freed.
+    // SAFETY: a published slot (see `Slot`).
     let old = unsafe { *p };
+    let program_handler = !matches!(old.sa_sigaction, libc::SIG_DFL | libc::SIG_IGN);
+    if program_handler {
+        if old.sa_flags & libc::SA_RESETHAND != 0 {
+            // One-shot, as the kernel would have made it: the next one
+            // takes the default action.
+            // SAFETY: zeroed is a valid sigaction: SIG_DFL, no flags.
+            publish(unsafe { std::mem::zeroed() });
+        }
+        // The program's handler runs with SIGBUS deliverable: ours runs
+        // with it blocked, and a fault the program's handler takes on an
+        // evicted page (a crash reporter reading its heap) would end the
+        // process. Our handler nests: the fault is resolved and the
+        // program's handler goes on.
+        let unblock: u64 = 1 << (libc::SIGBUS - 1);
+        // SAFETY: as in `install`.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_UNBLOCK,
+                &unblock as *const u64,
+                std::ptr::null_mut::<u64>(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+    }
     match old.sa_sigaction {
         // Sent by a process (si_code <= 0) to a program ignoring SIGBUS.
         libc::SIG_IGN if code <= 0 => {}
