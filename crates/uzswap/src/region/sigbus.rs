@@ -102,6 +102,22 @@ pub fn swap_chained(new: Option<&libc::sigaction>) -> Option<libc::sigaction> {
     Some(unsafe { *old })
 }
 
+/// Unblock SIGBUS in the calling thread with the kernel's own call (the
+/// program's `sigprocmask` may be a preload library's).
+fn unblock_sigbus() {
+    let unblock: u64 = 1 << (libc::SIGBUS - 1);
+    // SAFETY: a valid set of the kernel's size; no old set read.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_UNBLOCK,
+            &unblock as *const u64,
+            std::ptr::null_mut::<u64>(),
+            std::mem::size_of::<u64>(),
+        );
+    }
+}
+
 /// Route this instance's faults to the signal handler (installed once per
 /// process).
 pub(super) fn attach(sh: &Arc<Shared>) -> Result<(), RegionError> {
@@ -141,19 +157,8 @@ fn install() -> Result<(), String> {
     }
     publish(old);
     // A SIGBUS blocked since before us (inherited across `exec`) would end
-    // the process at the first fault. The kernel's call: the program's
-    // `sigprocmask` may be a preload library's.
-    let unblock: u64 = 1 << (libc::SIGBUS - 1);
-    // SAFETY: a valid set of the kernel's size; no old set read.
-    unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_UNBLOCK,
-            &unblock as *const u64,
-            std::ptr::null_mut::<u64>(),
-            std::mem::size_of::<u64>(),
-        );
-    }
+    // the process at the first fault.
+    unblock_sigbus();
     Ok(())
 }
 
@@ -223,17 +228,7 @@ fn chain(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, ctx: *
         // evicted page (a crash reporter reading its heap) would end the
         // process. Our handler nests: the fault is resolved and the
         // program's handler goes on.
-        let unblock: u64 = 1 << (libc::SIGBUS - 1);
-        // SAFETY: as in `install`.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_UNBLOCK,
-                &unblock as *const u64,
-                std::ptr::null_mut::<u64>(),
-                std::mem::size_of::<u64>(),
-            );
-        }
+        unblock_sigbus();
     }
     match old.sa_sigaction {
         // Sent by a process (si_code <= 0) to a program ignoring SIGBUS.
