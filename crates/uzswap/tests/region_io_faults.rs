@@ -483,6 +483,44 @@ fn truncated(handler: HandlerMode) {
     std::process::exit(3);
 }
 
+/// A write pin (a system call's buffer in signal or user-mode-only mode)
+/// on the mapped page of a partial chunk whose other pages cannot be read
+/// back: the pin completes the chunk first, which fails, and must not try
+/// for ever (a program's `read(2)` into such a page once hung here). The
+/// mapped page is pinned writable and keeps its data; no SIGBUS, since the
+/// pin touched only the page it was given.
+fn pin_partial(handler: HandlerMode) {
+    let (uz, r) = setup(handler, 64 << 20, None);
+    let out = page_out_and_write_back(&uz, &r);
+    assert!(out as usize >= PAGES / 2, "{:?}", uz.zswap().stats());
+    let per = uz.chunk_bytes() / PAGE_SIZE;
+    let c = (0..PAGES / per)
+        .find(|&c| (0..per).all(|i| uz.zswap().is_written_back(key(&r, c * per + i))))
+        .expect("a chunk wholly on the device");
+    let v = c * per + 5;
+    // A read off the chunk's first page installs that page alone.
+    assert!(Pattern::Index.verify(v as u64, SEED, page(&r, v)));
+    assert_eq!(uz.stats().faults_partial, 1, "{:?}", uz.stats());
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(swap_file())
+        .unwrap();
+    f.set_len(0).unwrap();
+    drop(f);
+    let p = page(&r, v).as_mut_ptr() as usize;
+    {
+        let _pin = uz.pin(p + 8, 16, true);
+        let mut want = vec![0u8; PAGE_SIZE];
+        Pattern::Index.fill(v as u64, SEED, &mut want);
+        // SAFETY: a write inside the pinned, live region page.
+        unsafe { std::ptr::write_volatile((p + 8) as *mut u8, want[8]) };
+    }
+    assert!(Pattern::Index.verify(v as u64, SEED, page(&r, v)));
+    assert_eq!(BUS_COUNT.load(SeqCst), 0, "SIGBUS for a readable page");
+    assert!(uz.stats().fault_errors >= 1, "{:?}", uz.stats());
+    eprintln!("child ok: pinned past the unreadable pages");
+}
+
 /// The unlinked swap file among our descriptors (`O_TMPFILE` names it
 /// "/dir/#inode (deleted)").
 fn swap_file() -> String {
@@ -569,6 +607,7 @@ fn child(case: &str, mode: &str, arg: &str) {
         "short-io" => short_io(h, false),
         "short-io-direct" => short_io(h, true),
         "truncated" => truncated(h),
+        "pin-partial" => pin_partial(h),
         "full-fs" => full_fs(h, arg),
         _ => panic!("unknown case {case}"),
     }
@@ -704,6 +743,11 @@ fn a_truncated_swap_file_is_sigbus_never_zeros() {
             "{mode}: SIGBUS at the wrong address"
         );
     }
+}
+
+#[test]
+fn a_write_pin_on_a_partial_chunk_with_unreadable_pages_returns() {
+    expect_ok("pin-partial", "");
 }
 
 /// A tmpfs of 12 MiB mounted for the test (root only; skipped with the

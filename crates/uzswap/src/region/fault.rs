@@ -19,6 +19,7 @@ use parking_lot::RwLockReadGuard;
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::atomic::Ordering::*;
+use std::sync::OnceLock;
 use std::time::Instant;
 use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite};
 
@@ -1145,10 +1146,35 @@ fn workingset_refault(sh: &Shared, r: &RegionInner, ci: usize, page: Option<usiz
 
 /// Errors on the fault path cannot be returned to the faulting thread; they
 /// are counted and printed, and the thread stays parked on its fault rather
-/// than read wrong data.
+/// than read wrong data. Printed as the kernel's `printk_ratelimited`
+/// does: a device that fails every read fails every fault, and the
+/// program's stderr is no place for a line per fault. `fault_errors`
+/// counts them all.
 fn fail(sh: &Shared, msg: &str) {
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+    const BURST: u32 = 10;
+    const INTERVAL_S: u64 = 5;
+    static START: OnceLock<Instant> = OnceLock::new();
+    static WINDOW: AtomicU64 = AtomicU64::new(0);
+    static PRINTED: AtomicU32 = AtomicU32::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
     sh.ctr.fault_errors.fetch_add(1, Relaxed);
-    eprintln!("uzswap: fault handler: {msg}");
+    let now = START.get_or_init(Instant::now).elapsed().as_secs() / INTERVAL_S;
+    let w = WINDOW.load(Relaxed);
+    if w != now && WINDOW.compare_exchange(w, now, Relaxed, Relaxed).is_ok() {
+        PRINTED.store(0, Relaxed);
+        let n = SUPPRESSED.swap(0, Relaxed);
+        if n > 0 {
+            eprintln!(
+                "uzswap: fault handler: {n} more errors not printed (counted in fault_errors)"
+            );
+        }
+    }
+    if PRINTED.fetch_add(1, Relaxed) < BURST {
+        eprintln!("uzswap: fault handler: {msg}");
+    } else {
+        SUPPRESSED.fetch_add(1, Relaxed);
+    }
 }
 
 /// `Advice::WillNeed`: install the stored chunks of `chunks` from the

@@ -131,11 +131,15 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
             if !*r.live.read() {
                 return;
             }
-            if write && chunk::state(w) == PARTIAL {
-                // Which of its mapped pages are writable the word does not
-                // say (DIRTY is per chunk): complete it, then write-touch
-                // what is still protected.
-                let _ = fault::will_need(sh, r, ci..ci + 1);
+            // Which of a PARTIAL chunk's mapped pages are writable the word
+            // does not say (DIRTY is per chunk): complete it, then
+            // write-touch what is still protected. Where its other pages
+            // cannot be read back, completing it fails every time: touch
+            // once (an unreadable page raises SIGBUS there, as a kernel
+            // swap-in error would) and go on, rather than try for ever.
+            let last =
+                write && chunk::state(w) == PARTIAL && fault::will_need(sh, r, ci..ci + 1).is_err();
+            if write && chunk::state(w) == PARTIAL && !last {
                 continue;
             }
             for p in (s & !(PAGE_SIZE - 1)..e).step_by(PAGE_SIZE) {
@@ -152,6 +156,9 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
                         std::ptr::read_volatile(p as *const u8);
                     }
                 }
+            }
+            if last {
+                break;
             }
         }
     }
