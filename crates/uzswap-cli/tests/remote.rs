@@ -42,8 +42,9 @@ fn last_json(o: &Output) -> serde_json::Value {
 }
 
 /// usemem at 4x the budget through `url`: every page verified, most cold
-/// pages written to the far tier, nothing left on the server after.
-fn usemem_verifies(url: &str, what: &str) {
+/// pages written to the far tier. Returns the run's remote figures (for
+/// the caller's check that nothing was left on the server).
+fn usemem_verifies(url: &str, what: &str) -> serde_json::Value {
     let o = cmd(&[
         "usemem",
         "--size",
@@ -68,6 +69,7 @@ fn usemem_verifies(url: &str, what: &str) {
     );
     assert!(s["remote"]["pages_in"].as_u64().unwrap() > 0, "{what}");
     assert_eq!(s["checksum_fail"], 0);
+    s["remote"].clone()
 }
 
 #[test]
@@ -76,12 +78,12 @@ fn usemem_verifies_every_page_on_one_server_and_on_a_cluster() {
         return;
     }
     let srv = RedisServer::start(&[]);
-    usemem_verifies(&srv.url(), "redis");
-    assert_eq!(srv.dbsize(), 0, "values left on the server");
+    let r = usemem_verifies(&srv.url(), "redis");
+    assert_eq!(srv.dbsize(), 0, "values left on the server: {r}");
     let c = RedisCluster::start();
-    usemem_verifies(&c.url(), "redis-cluster");
+    let r = usemem_verifies(&c.url(), "redis-cluster");
     let left: u64 = c.nodes.iter().map(|n| n.dbsize()).sum();
-    assert_eq!(left, 0);
+    assert_eq!(left, 0, "values left on the cluster: {r}");
 }
 
 /// `uzswap run --json -- uzswap usemem --json`: the runner's summary and

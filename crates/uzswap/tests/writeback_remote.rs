@@ -179,3 +179,30 @@ fn a_full_server_refuses_writeback_and_the_pool_keeps_the_rest() {
         assert!(out == page(i), "page {i}");
     }
 }
+
+/// The values are unlinked when the instance goes, even where the server
+/// closed the connections it kept idle (a server's `timeout`, a restart of
+/// a proxy, `CLIENT KILL`): the first try on a pooled connection fails, and
+/// a single try once left the rest of the program's values there.
+#[test]
+fn dropping_the_instance_unlinks_its_values_after_the_server_closed_idle_connections() {
+    if !available() {
+        return;
+    }
+    let srv = RedisServer::start(&[]);
+    let z = stored(&srv.url(), true);
+    write_back_all(&z);
+    assert!(srv.dbsize() > 0);
+    let mut con = redis::Client::open(srv.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // Every connection but this one: the instance's idle ones.
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "SKIPME", "yes", "TYPE", "normal"])
+        .query(&mut con)
+        .unwrap();
+    assert!(killed >= 1, "the instance kept no connection");
+    drop(z);
+    assert_eq!(srv.dbsize(), 0, "values left on the server");
+}

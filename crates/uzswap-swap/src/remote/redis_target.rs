@@ -489,9 +489,13 @@ impl RedisTarget {
         }
         for chunk in slots.chunks(8 * SWAPFILE_CLUSTER) {
             let pipe = self.unlink_pipe(chunk);
-            if self.exec::<()>(&pipe, 1).is_err() {
+            // Retried as reads are (an `UNLINK` is idempotent): one broken
+            // pooled connection, or a reply that timed out on a busy
+            // server after part of the pipeline ran, left the rest of the
+            // program's values on the server.
+            if self.exec::<()>(&pipe, 1 + self.cfg.retries).is_err() {
                 // Unreachable: what is left there expires with the server's
-                // data; do not pay a timeout per chunk.
+                // data; do not pay the retries per chunk.
                 add(&self.counters.delete_errors, 1);
                 return;
             }
