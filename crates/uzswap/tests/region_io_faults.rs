@@ -483,6 +483,35 @@ fn truncated(handler: HandlerMode) {
     std::process::exit(3);
 }
 
+/// An unreadable page where the poison marker cannot be set (as on a
+/// kernel older than 6.6, which has no `UFFDIO_POISON`): the faulting
+/// thread still gets SIGBUS, once, instead of faulting again for ever; the
+/// page reads back once the device reads again.
+fn poison_fails(handler: HandlerMode) {
+    let (uz, r) = setup(handler, 64 << 20, None);
+    let dev = device(&uz);
+    let out = page_out_and_write_back(&uz, &r);
+    assert!(out as usize >= PAGES / 2, "{:?}", uz.zswap().stats());
+    let v = (0..PAGES)
+        .find(|&i| uz.zswap().is_written_back(key(&r, i)))
+        .expect("a page on the device");
+    dev.inject_fault(IoOp::Read, Fault::Errno(libc::EIO));
+    uzswap::region::failpoints::fail_next_poison();
+    let before = BUS_COUNT.load(SeqCst);
+    assert!(
+        Pattern::Index.verify(v as u64, SEED, page(&r, v)),
+        "page {v} after the error"
+    );
+    assert_eq!(
+        BUS_COUNT.load(SeqCst),
+        before + 1,
+        "page {v}: no SIGBUS for the unreadable page"
+    );
+    verify_all(&r, "after the read error");
+    assert!(uz.stats().fault_errors >= 2, "{:?}", uz.stats());
+    eprintln!("child ok: SIGBUS code {}", BUS_CODE.load(SeqCst));
+}
+
 /// A write pin (a system call's buffer in signal or user-mode-only mode)
 /// on the mapped page of a partial chunk whose other pages cannot be read
 /// back: the pin completes the chunk first, which fails, and must not try
@@ -608,6 +637,7 @@ fn child(case: &str, mode: &str, arg: &str) {
         "short-io-direct" => short_io(h, true),
         "truncated" => truncated(h),
         "pin-partial" => pin_partial(h),
+        "poison-fails" => poison_fails(h),
         "full-fs" => full_fs(h, arg),
         _ => panic!("unknown case {case}"),
     }
@@ -743,6 +773,11 @@ fn a_truncated_swap_file_is_sigbus_never_zeros() {
             "{mode}: SIGBUS at the wrong address"
         );
     }
+}
+
+#[test]
+fn an_unreadable_page_is_sigbus_where_the_poison_marker_cannot_be_set() {
+    expect_ok("poison-fails", "");
 }
 
 #[test]

@@ -23,6 +23,10 @@ mod off {
         false
     }
     #[inline(always)]
+    pub(in crate::region) fn take_poison() -> bool {
+        false
+    }
+    #[inline(always)]
     pub(in crate::region) fn take_partial_store() -> bool {
         false
     }
@@ -36,7 +40,8 @@ mod off {
 pub(super) use on::*;
 #[cfg(feature = "failpoints")]
 pub use on::{
-    delay_faults, fail_next_copy, fail_next_zap, fail_partial_store, hold_partial_evict, holding,
+    delay_faults, fail_next_copy, fail_next_poison, fail_next_zap, fail_partial_store,
+    hold_partial_evict, holding,
 };
 
 #[cfg(feature = "failpoints")]
@@ -45,6 +50,7 @@ mod on {
 
     static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
     static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
+    static FAIL_NEXT_POISON: AtomicBool = AtomicBool::new(false);
     /// Partial-chunk page stores left until the refused one (0: disarmed).
     static FAIL_PARTIAL_STORE: AtomicU32 = AtomicU32::new(0);
     static HOLD_PARTIAL_EVICT: AtomicBool = AtomicBool::new(false);
@@ -77,6 +83,12 @@ mod on {
     /// its pages go), as if `madvise(MADV_DONTNEED)` had refused the range.
     pub fn fail_next_zap() {
         FAIL_NEXT_ZAP.store(true, Ordering::Release);
+    }
+
+    /// The next `UFFDIO_POISON` fails, as on a kernel older than 6.6,
+    /// which has no such ioctl.
+    pub fn fail_next_poison() {
+        FAIL_NEXT_POISON.store(true, Ordering::Release);
     }
 
     /// The `n`th page the evictor stores for partial chunks from now on (1:
@@ -112,6 +124,11 @@ mod on {
     /// Consume the zap failpoint.
     pub(in crate::region) fn take_zap() -> bool {
         FAIL_NEXT_ZAP.load(Ordering::Relaxed) && FAIL_NEXT_ZAP.swap(false, Ordering::AcqRel)
+    }
+
+    /// Consume the poison failpoint.
+    pub(in crate::region) fn take_poison() -> bool {
+        FAIL_NEXT_POISON.load(Ordering::Relaxed) && FAIL_NEXT_POISON.swap(false, Ordering::AcqRel)
     }
 
     /// Count one partial-chunk page store: true for the one to refuse.

@@ -63,7 +63,7 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
                 if sh.stop.load(Acquire) {
                     return;
                 }
-                eprintln!("uzswap: reading userfaultfd events failed: {e}");
+                fail(sh, &format!("reading userfaultfd events failed: {e}"));
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
@@ -94,7 +94,7 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
             // Where the fault was taken: once resolved, the thread may run
             // again elsewhere.
             let cpu = loc.cpu_of(tid);
-            resolve(sh, addr, wp, write, &mut scratch, t0);
+            resolve(sh, addr, Fault::Event { wp, write, tid }, &mut scratch, t0);
             loc.resolved(h, cpu, &mut miss);
         }
         last_fault = Instant::now();
@@ -165,7 +165,7 @@ fn wait_readable(sh: &Shared) {
 }
 
 /// Resolve one fault event at `addr`.
-fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], t0: Instant) {
+fn resolve(sh: &Shared, addr: usize, fault: Fault, scratch: &mut [u8], t0: Instant) {
     super::failpoints::take_delay();
     let page = addr & !(PAGE_SIZE - 1);
     let Some(r) = sh.lookup(addr) else {
@@ -173,15 +173,16 @@ fn resolve(sh: &Shared, addr: usize, wp: bool, write: bool, scratch: &mut [u8], 
         sh.wake(page, PAGE_SIZE);
         return;
     };
-    resolve_in(sh, &r, addr, Fault::Event { wp, write }, scratch, t0);
+    resolve_in(sh, &r, addr, fault, scratch, t0);
 }
 
 /// What is known of a fault.
 #[derive(Clone, Copy)]
 enum Fault {
     /// A queued event: the kernel says whether it is a write-protect fault
-    /// and whether it is a write.
-    Event { wp: bool, write: bool },
+    /// and whether it is a write, and which thread took it (0 where the
+    /// kernel does not say).
+    Event { wp: bool, write: bool, tid: i32 },
     /// A signal: the write bit where the architecture's context gives it;
     /// missing or write-protect follows from the chunk state.
     Signal { write: Option<bool> },
@@ -261,7 +262,7 @@ fn resolve_in(
         let w = r.state[ci].load(Acquire);
         let st = chunk::state(w);
         let (wp, write) = match fault {
-            Fault::Event { wp, write } => (wp, write),
+            Fault::Event { wp, write, .. } => (wp, write),
             // A read that faulted on a page mapped now was resolved since
             // (stale, below); where reads and writes cannot be told apart,
             // a fault on a mapped page is taken for a write.
@@ -314,7 +315,7 @@ fn resolve_in(
                     install(sh, r, ci, write, false, scratch)
                 };
                 if res == Installed::Unreadable {
-                    poison(sh, r, ci, page);
+                    poison(sh, r, ci, page, fault);
                 }
                 drop(live);
                 if res == Installed::Yes {
@@ -378,7 +379,7 @@ fn resolve_in(
                     None => fill(sh, r, ci, mask, wp || write, scratch),
                 };
                 if done == Installed::Unreadable {
-                    poison(sh, r, ci, page);
+                    poison(sh, r, ci, page, fault);
                 }
                 if done == Installed::Yes {
                     sh.lat_pool.record(t0.elapsed().as_nanos() as u64);
@@ -505,9 +506,29 @@ enum Installed {
 /// page a scan faulted on gets the marker even where another page of the
 /// chunk was the unreadable one (the whole chunk was to come in). The
 /// marker lasts until the page is discarded (`MADV_DONTNEED`) or unmapped.
-fn poison(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
-    if let Err(e) = uffd_sys::poison(uffd_fd(sh), page, PAGE_SIZE) {
+///
+/// Where the marker cannot be set (Linux before 6.6 has no `UFFDIO_POISON`)
+/// a woken thread would fault again, and its fault fail again, for ever:
+/// the faulting thread is sent SIGBUS itself (`tgkill`; its `si_addr` is
+/// not the page then). In signal mode the thread's own handler passes the
+/// signal on either way.
+fn poison(sh: &Shared, r: &RegionInner, ci: usize, page: usize, fault: Fault) {
+    let res = if super::failpoints::take_poison() {
+        Err(format!("UFFDIO_POISON at {page:#x}: failed (failpoint)"))
+    } else {
+        uffd_sys::poison(uffd_fd(sh), page, PAGE_SIZE)
+    };
+    if let Err(e) = res {
         fail(sh, &e);
+        if let Fault::Event { tid, .. } = fault {
+            if tid > 0 {
+                // SAFETY: tgkill(2) with our own process id and the id of
+                // one of its threads, parked on its fault.
+                unsafe {
+                    libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGBUS);
+                }
+            }
+        }
     }
     let _ = POISONED.try_with(|p| p.set(true));
     sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);

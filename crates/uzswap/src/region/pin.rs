@@ -113,6 +113,7 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
     for ci in chunks {
         let base = r.chunk_addr(ci, sh.chunk);
         let (s, e) = (base.max(range.start), (base + sh.chunk).min(range.end));
+        let mut completions = 0;
         loop {
             let w = r.state[ci].load(Acquire);
             let done = match chunk::state(w) {
@@ -137,8 +138,14 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
             // cannot be read back, completing it fails every time: touch
             // once (an unreadable page raises SIGBUS there, as a kernel
             // swap-in error would) and go on, rather than try for ever.
-            let last =
-                write && chunk::state(w) == PARTIAL && fault::will_need(sh, r, ci..ci + 1).is_err();
+            // Likewise where the install keeps failing (a copy refused
+            // each time): a few tries, then the touch.
+            let last = write
+                && chunk::state(w) == PARTIAL
+                && (fault::will_need(sh, r, ci..ci + 1).is_err() || {
+                    completions += 1;
+                    completions >= 3
+                });
             if write && chunk::state(w) == PARTIAL && !last {
                 continue;
             }
