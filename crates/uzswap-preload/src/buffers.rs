@@ -43,6 +43,11 @@ impl Pins {
         self.0.push(st.uz.pin(p as usize, len, write));
     }
 
+    /// A `struct stat` the kernel fills.
+    fn stat(&mut self, b: *mut libc::stat) {
+        self.add(b as *const c_void, std::mem::size_of::<libc::stat>(), true);
+    }
+
     /// A NUL-terminated string the kernel reads (a path), if it is one.
     ///
     /// # Safety
@@ -270,16 +275,16 @@ wrap!(openat64(d: i32, pa: Cs, fl: i32, mo: u32) -> [i32] pins |p| { p.path(pa) 
 wrap!(creat(pa: Cs, mo: u32) -> [i32] pins |p| { p.path(pa) }
     => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(pa, mo));
 wrap!(stat(pa: Cs, b: St) -> [i32]
-    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.path(pa); p.stat(b) }
     => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
 wrap!(lstat(pa: Cs, b: St) -> [i32]
-    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.path(pa); p.stat(b) }
     => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
 wrap!(fstat(fd: i32, b: St) -> [i32]
-    pins |p| { p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.stat(b) }
     => |f: unsafe extern "C" fn(i32, St) -> i32| f(fd, b));
 wrap!(fstatat(d: i32, pa: Cs, b: St, fl: i32) -> [i32]
-    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.path(pa); p.stat(b) }
     => |f: unsafe extern "C" fn(i32, Cs, St, i32) -> i32| f(d, pa, b, fl));
 wrap!(statx(d: i32, pa: Cs, fl: i32, m: u32, b: *mut libc::statx) -> [i32]
     pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::statx>(), true) }
@@ -287,16 +292,16 @@ wrap!(statx(d: i32, pa: Cs, fl: i32, m: u32, b: *mut libc::statx) -> [i32]
 // The 64-bit names programs built with `_FILE_OFFSET_BITS=64` call
 // (CPython's `os.stat` is `stat64`): the same calls on 64-bit targets.
 wrap!(stat64(pa: Cs, b: St) -> [i32]
-    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.path(pa); p.stat(b) }
     => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
 wrap!(lstat64(pa: Cs, b: St) -> [i32]
-    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.path(pa); p.stat(b) }
     => |f: unsafe extern "C" fn(Cs, St) -> i32| f(pa, b));
 wrap!(fstat64(fd: i32, b: St) -> [i32]
-    pins |p| { p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.stat(b) }
     => |f: unsafe extern "C" fn(i32, St) -> i32| f(fd, b));
 wrap!(fstatat64(d: i32, pa: Cs, b: St, fl: i32) -> [i32]
-    pins |p| { p.path(pa); p.add(b as *const _, std::mem::size_of::<libc::stat>(), true) }
+    pins |p| { p.path(pa); p.stat(b) }
     => |f: unsafe extern "C" fn(i32, Cs, St, i32) -> i32| f(d, pa, b, fl));
 wrap!(creat64(pa: Cs, mo: u32) -> [i32] pins |p| { p.path(pa) }
     => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(pa, mo));

@@ -140,14 +140,13 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
             // swap-in error would) and go on, rather than try for ever.
             // Likewise where the install keeps failing (a copy refused
             // each time): a few tries, then the touch.
-            let last = write
-                && chunk::state(w) == PARTIAL
-                && (fault::will_need(sh, r, ci..ci + 1).is_err() || {
-                    completions += 1;
-                    completions >= 3
-                });
-            if write && chunk::state(w) == PARTIAL && !last {
-                continue;
+            let mut last = false;
+            if write && chunk::state(w) == PARTIAL {
+                completions += 1;
+                if fault::will_need(sh, r, ci..ci + 1).is_ok() && completions < 3 {
+                    continue;
+                }
+                last = true;
             }
             for p in (s & !(PAGE_SIZE - 1)..e).step_by(PAGE_SIZE) {
                 // SAFETY: `p` lies in a live region mapping; the access is
