@@ -207,7 +207,24 @@ impl Zswap {
                 });
             }
         }
-        SCRATCH_BUF.with_borrow_mut(|buf| self.compress_and_alloc(key, page, buf, ctx))
+        // A thread whose locals are gone can still store: a fault taken in
+        // a thread's exit code (an allocator's thread-exit hook reading
+        // region memory) resolves in signal mode in that thread, and its
+        // backstop may evict. It gets a scratch of its own.
+        let mut ctx = Some(ctx);
+        SCRATCH_BUF
+            .try_with(|b| {
+                b.try_borrow_mut().ok().map(|mut buf| {
+                    let ctx = ctx.take().expect("one call");
+                    self.compress_and_alloc(key, page, &mut buf, ctx)
+                })
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| {
+                let ctx = ctx.take().expect("one call");
+                self.compress_and_alloc(key, page, &mut vec![0u8; SCRATCH], ctx)
+            })
     }
 
     fn compress_and_alloc(
