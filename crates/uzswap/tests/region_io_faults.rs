@@ -20,7 +20,7 @@
 //! and the test goes on: a transient error then reads the page back whole.
 
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 use uzswap::region::{Advice, Config, HandlerMode, Region, Uzswap, Writeback};
 use uzswap::swap::device::failpoints::{Fault, IoOp};
@@ -45,6 +45,9 @@ static BUS_CODE: AtomicI32 = AtomicI32::new(0);
 /// The SIGBUS that ends the child (a persistent error would refault for
 /// ever): `usize::MAX` while every one is recovered from.
 static BUS_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Whether `on_bus` discards the page: not where the SIGBUS was for a
+/// mapped page, whose data the discard would drop.
+static BUS_DISCARD: AtomicBool = AtomicBool::new(true);
 
 /// Records the address, then drops the poison marker (`MADV_DONTNEED`
 /// discards it) so the access is retried: a fresh missing fault, resolved
@@ -67,6 +70,9 @@ extern "C" fn on_bus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut l
             libc::write(2, msg.as_ptr() as *const _, msg.len());
             libc::_exit(DIED_OF_SIGBUS);
         }
+    }
+    if !BUS_DISCARD.load(SeqCst) {
+        return;
     }
     // SAFETY: discarding one page of our own mapping.
     unsafe {
@@ -512,6 +518,73 @@ fn poison_fails(handler: HandlerMode) {
     eprintln!("child ok: SIGBUS code {}", BUS_CODE.load(SeqCst));
 }
 
+/// Installs refused `n` times in a row (`UFFDIO_COPY` answering as at a
+/// memory cgroup's limit) on a page in the pool: a few refusals are retried
+/// and the page reads back with no signal; a refusal that does not end
+/// (`n` ≥ the resolver's tries, 8) gives the faulting thread one SIGBUS
+/// instead of a thread parked (handler threads) or faulting (signal mode)
+/// for ever, and once installs work the page reads back intact.
+fn copy_fails(handler: HandlerMode, n: u32) {
+    let (uz, r) = setup(handler, 64 << 20, None);
+    r.advise(0..LEN, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), 0);
+    let per = uz.chunk_bytes() / PAGE_SIZE;
+    let before = BUS_COUNT.load(SeqCst);
+    // A chunk's first page (the whole chunk) and a page off it (its group).
+    for v in [3 * per, 5 * per + 7] {
+        let errors = uz.stats().fault_errors;
+        uzswap::region::failpoints::fail_copies(n);
+        let t = Instant::now();
+        assert!(
+            Pattern::Index.verify(v as u64, SEED, page(&r, v)),
+            "page {v} after {n} refused installs"
+        );
+        let failed = uz.stats().fault_errors - errors;
+        assert!(
+            failed >= u64::from(n.min(8)),
+            "page {v}: {failed} errors counted"
+        );
+        eprintln!("child: page {v}: {failed} errors, {:?}", t.elapsed());
+    }
+    let bus = BUS_COUNT.load(SeqCst) - before;
+    let want = if n >= 8 { 2 } else { 0 };
+    assert_eq!(bus, want, "{n} refused installs: {bus} SIGBUS");
+    verify_all(&r, "after the refused installs");
+    eprintln!("child ok: {bus} SIGBUS");
+}
+
+/// The first write to pages a read installed protected (a whole clean
+/// chunk, and a partial chunk's group) with the protection's removal
+/// refused `n` times in a row: retried, then (`n` ≥ 8) one SIGBUS instead
+/// of a write faulting for ever; the write lands once the removal works.
+fn unprotect_fails(handler: HandlerMode, n: u32) {
+    let (uz, r) = setup(handler, 64 << 20, None);
+    BUS_DISCARD.store(false, SeqCst);
+    r.advise(0..LEN, Advice::PageOut).unwrap();
+    let per = uz.chunk_bytes() / PAGE_SIZE;
+    let before = BUS_COUNT.load(SeqCst);
+    for v in [3 * per, 5 * per + 7] {
+        assert!(Pattern::Index.verify(v as u64, SEED, page(&r, v)));
+        let errors = uz.stats().fault_errors;
+        uzswap::region::failpoints::fail_unprotects(n);
+        page(&r, v)[0] ^= 0xff;
+        let failed = uz.stats().fault_errors - errors;
+        assert!(
+            failed >= u64::from(n.min(8)),
+            "page {v}: {failed} errors counted"
+        );
+        page(&r, v)[0] ^= 0xff;
+    }
+    let bus = BUS_COUNT.load(SeqCst) - before;
+    let want = if n >= 8 { 2 } else { 0 };
+    assert_eq!(bus, want, "{n} refused unprotects: {bus} SIGBUS");
+    verify_all(&r, "after the refused unprotects");
+    // The writes went where they were made: page them out and back.
+    r.advise(0..LEN, Advice::PageOut).unwrap();
+    verify_all(&r, "after paging out again");
+    eprintln!("child ok: {bus} SIGBUS");
+}
+
 /// A write pin (a system call's buffer in signal or user-mode-only mode)
 /// on the mapped page of a partial chunk whose other pages cannot be read
 /// back: the pin completes the chunk first, which fails, and must not try
@@ -638,6 +711,8 @@ fn child(case: &str, mode: &str, arg: &str) {
         "truncated" => truncated(h),
         "pin-partial" => pin_partial(h),
         "poison-fails" => poison_fails(h),
+        "copy-fails" => copy_fails(h, arg.parse().unwrap()),
+        "unprotect-fails" => unprotect_fails(h, arg.parse().unwrap()),
         "full-fs" => full_fs(h, arg),
         _ => panic!("unknown case {case}"),
     }
@@ -778,6 +853,22 @@ fn a_truncated_swap_file_is_sigbus_never_zeros() {
 #[test]
 fn an_unreadable_page_is_sigbus_where_the_poison_marker_cannot_be_set() {
     expect_ok("poison-fails", "");
+}
+
+#[test]
+fn refused_installs_are_retried() {
+    expect_ok("copy-fails", "3");
+}
+
+#[test]
+fn installs_refused_for_good_are_sigbus_not_a_hang() {
+    expect_ok("copy-fails", "8");
+}
+
+#[test]
+fn refused_unprotects_are_retried_then_sigbus() {
+    expect_ok("unprotect-fails", "3");
+    expect_ok("unprotect-fails", "8");
 }
 
 #[test]

@@ -236,6 +236,64 @@ fn pages_dropped_behind_our_back_read_zero() {
     }
 }
 
+/// The same drops, written before they are read: in signal mode a missing
+/// fault on a page that a partial chunk's state says is mapped was taken
+/// for a write-protect fault, and the page was unprotected again for ever
+/// (now the fault's error code says which it is). The write lands on a
+/// zeroed page, as on a dropped anonymous page in the kernel.
+#[test]
+fn pages_dropped_behind_our_back_then_written() {
+    // The old code spun in the faulting thread: fail rather than hang.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        if !watch.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("a write to a dropped page did not return in 60 s");
+            std::process::abort();
+        }
+    });
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let Some((uz, r)) = filled(Config {
+            handler,
+            ..Config::default()
+        }) else {
+            return;
+        };
+        let chunk = uz.chunk_bytes();
+        let cp = chunk / PAGE_SIZE;
+        r.advise(chunk..3 * chunk, Advice::PageOut).unwrap();
+        r.advise(chunk..2 * chunk, Advice::WillNeed).unwrap(); // clean
+        let _ = common::read(&r, 2 * cp + 5); // partial: page 5 mapped
+        let dropped = [3, cp + 2, 2 * cp + 5];
+        for &i in &dropped {
+            // SAFETY: a page of the live region: what a program may do.
+            let rc = unsafe {
+                libc::madvise(
+                    r.as_ptr().add(i * PAGE_SIZE) as *mut _,
+                    PAGE_SIZE,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            assert_eq!(rc, 0);
+            page(&r, i)[100] = 42;
+        }
+        for pass in ["written", "paged out and back"] {
+            for i in 0..LEN / PAGE_SIZE {
+                let p = page(&r, i);
+                if dropped.contains(&i) {
+                    assert_eq!(p[100], 42, "{handler:?} {pass}: page {i}");
+                    assert_eq!(p.iter().filter(|&&b| b != 0).count(), 1);
+                } else {
+                    assert!(Pattern::Text.verify(i as u64, 7, p), "{handler:?} page {i}");
+                }
+            }
+            r.advise(0..LEN, Advice::PageOut).unwrap();
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// A child forked after `prepare_fork` sees every byte its parent had,
 /// evicted pages included; the parent carries on under its budget.
 #[test]

@@ -19,6 +19,10 @@ mod off {
         false
     }
     #[inline(always)]
+    pub(in crate::region) fn take_unprotect() -> bool {
+        false
+    }
+    #[inline(always)]
     pub(in crate::region) fn take_zap() -> bool {
         false
     }
@@ -40,15 +44,18 @@ mod off {
 pub(super) use on::*;
 #[cfg(feature = "failpoints")]
 pub use on::{
-    delay_faults, fail_next_copy, fail_next_poison, fail_next_zap, fail_partial_store,
-    hold_partial_evict, holding,
+    delay_faults, fail_copies, fail_next_copy, fail_next_poison, fail_next_zap, fail_partial_store,
+    fail_unprotects, hold_partial_evict, holding,
 };
 
 #[cfg(feature = "failpoints")]
 mod on {
     use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-    static FAIL_NEXT_COPY: AtomicBool = AtomicBool::new(false);
+    /// `UFFDIO_COPY` calls left to fail (0: disarmed).
+    static FAIL_COPIES: AtomicU32 = AtomicU32::new(0);
+    /// Write-protect faults' unprotects left to fail (0: disarmed).
+    static FAIL_UNPROTECTS: AtomicU32 = AtomicU32::new(0);
     static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
     static FAIL_NEXT_POISON: AtomicBool = AtomicBool::new(false);
     /// Partial-chunk page stores left until the refused one (0: disarmed).
@@ -76,7 +83,20 @@ mod on {
     /// The next `UFFDIO_COPY` installs the first half of its pages (whole
     /// pages, possibly none) and then fails.
     pub fn fail_next_copy() {
-        FAIL_NEXT_COPY.store(true, Ordering::Release);
+        fail_copies(1);
+    }
+
+    /// The next `n` `UFFDIO_COPY` calls each fail as [`fail_next_copy`]'s
+    /// does: a copy refused every time, as at a memory cgroup's limit.
+    pub fn fail_copies(n: u32) {
+        FAIL_COPIES.store(n, Ordering::Release);
+    }
+
+    /// The next `n` unprotects of a write-protect fault (the first write
+    /// to a clean chunk or to a partial chunk's protected group) fail, as
+    /// `UFFDIO_WRITEPROTECT` would refuse them.
+    pub fn fail_unprotects(n: u32) {
+        FAIL_UNPROTECTS.store(n, Ordering::Release);
     }
 
     /// The evictor's next zap fails for the first chunk in it (before any of
@@ -118,7 +138,20 @@ mod on {
 
     /// Consume the copy failpoint.
     pub(in crate::region) fn take_copy() -> bool {
-        FAIL_NEXT_COPY.load(Ordering::Relaxed) && FAIL_NEXT_COPY.swap(false, Ordering::AcqRel)
+        take_count(&FAIL_COPIES)
+    }
+
+    /// Take one from a count of refusals left: whether there was one.
+    fn take_count(left: &AtomicU32) -> bool {
+        left.load(Ordering::Relaxed) != 0
+            && left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok()
+    }
+
+    /// Count one unprotect: true while the failpoint has refusals left.
+    pub(in crate::region) fn take_unprotect() -> bool {
+        take_count(&FAIL_UNPROTECTS)
     }
 
     /// Consume the zap failpoint.

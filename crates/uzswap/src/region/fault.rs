@@ -183,9 +183,14 @@ enum Fault {
     /// and whether it is a write, and which thread took it (0 where the
     /// kernel does not say).
     Event { wp: bool, write: bool, tid: i32 },
-    /// A signal: the write bit where the architecture's context gives it;
-    /// missing or write-protect follows from the chunk state.
-    Signal { write: Option<bool> },
+    /// A signal: whether it is a write, and a write-protect fault (a write
+    /// to a present page), where the architecture's context gives them
+    /// (x86-64's page-fault error code); elsewhere missing or write-protect
+    /// follows from the chunk state.
+    Signal {
+        write: Option<bool>,
+        wp: Option<bool>,
+    },
 }
 
 thread_local! {
@@ -200,13 +205,19 @@ thread_local! {
 /// access is retried, unless this returns true: the page cannot be read
 /// back, and the SIGBUS is the program's (a poison marker also answers the
 /// retry with SIGBUS, but one that reads, as ours do, `BUS_ADRERR`).
-pub(super) fn resolve_here(sh: &Shared, r: &RegionInner, addr: usize, write: Option<bool>) -> bool {
+pub(super) fn resolve_here(
+    sh: &Shared,
+    r: &RegionInner,
+    addr: usize,
+    write: Option<bool>,
+    wp: Option<bool>,
+) -> bool {
     thread_local! {
         static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
     super::failpoints::take_delay();
     let t0 = Instant::now();
-    let fault = Fault::Signal { write };
+    let fault = Fault::Signal { write, wp };
     // What this allocates must not come from region memory: the program's
     // allocator may be the one that faulted (the preload library routes a
     // scope's allocations as it does uzswap's threads').
@@ -258,6 +269,8 @@ fn resolve_in(
 ) {
     let page = addr & !(PAGE_SIZE - 1);
     let ci = (addr - r.base) / sh.chunk;
+    // Failed installs and unprotects of this fault (`try_again`).
+    let mut tries = 0;
     loop {
         let w = r.state[ci].load(Acquire);
         let st = chunk::state(w);
@@ -266,8 +279,12 @@ fn resolve_in(
             // A read that faulted on a page mapped now was resolved since
             // (stale, below); where reads and writes cannot be told apart,
             // a fault on a mapped page is taken for a write.
-            Fault::Signal { write } => (
-                mapped_here(r, ci, sh.chunk, w, page) && write != Some(false),
+            // Where the context says, as an event does: the state cannot
+            // tell a write-protect fault from a missing one on a page the
+            // program dropped itself (taken for write-protect, a partial
+            // chunk's dropped page was unprotected again for ever).
+            Fault::Signal { write, wp } => (
+                wp.unwrap_or_else(|| mapped_here(r, ci, sh.chunk, w, page) && write != Some(false)),
                 write.unwrap_or(false),
             ),
         };
@@ -318,6 +335,9 @@ fn resolve_in(
                     poison(sh, r, ci, page, fault);
                 }
                 drop(live);
+                if res == Installed::Failed && try_again(sh, r, ci, fault, &mut tries) {
+                    continue;
+                }
                 if res == Installed::Yes {
                     let lat = t0.elapsed().as_nanos() as u64;
                     if st == STORED {
@@ -345,7 +365,7 @@ fn resolve_in(
                 // A write to a mapped group lifts its protection and
                 // charges nothing: no backstop for it.
                 let charges = !(wp && mask & bit != 0);
-                let (_live, prev) = match own(sh, r, ci, PARTIAL, charges) {
+                let (live, prev) = match own(sh, r, ci, PARTIAL, charges) {
                     Own::Gone => return,
                     Own::Lost => continue,
                     Own::Owned(live, prev) => (live, prev),
@@ -367,7 +387,11 @@ fn resolve_in(
                 if wp {
                     sh.ctr.faults_wp.fetch_add(1, Relaxed);
                     if sh.cfg.partial_faults {
-                        unprotect_group(sh, r, ci, page);
+                        let done = unprotect_group(sh, r, ci, page);
+                        drop(live);
+                        if !done && try_again(sh, r, ci, fault, &mut tries) {
+                            continue;
+                        }
                         return;
                     }
                 }
@@ -381,13 +405,17 @@ fn resolve_in(
                 if done == Installed::Unreadable {
                     poison(sh, r, ci, page, fault);
                 }
+                drop(live);
+                if done == Installed::Failed && try_again(sh, r, ci, fault, &mut tries) {
+                    continue;
+                }
                 if done == Installed::Yes {
                     sh.lat_pool.record(t0.elapsed().as_nanos() as u64);
                 }
                 return;
             }
             (CLEAN, true) => {
-                let _live = match own(sh, r, ci, CLEAN, false) {
+                let live = match own(sh, r, ci, CLEAN, false) {
                     Own::Gone => return,
                     Own::Lost => continue,
                     Own::Owned(live, _) => live,
@@ -395,14 +423,19 @@ fn resolve_in(
                 sh.ctr.faults_wp.fetch_add(1, Relaxed);
                 // The first write to a clean chunk, which keeps no copy in
                 // the cache (`keep.rs`): only its protection goes.
-                copy_written(sh);
                 let base = r.chunk_addr(ci, sh.chunk);
-                if let Err(e) = sh
-                    .uffd
-                    .remove_write_protection(base as *mut _, sh.chunk, true)
-                {
+                if let Err(e) = unprotect(sh, base, sh.chunk) {
+                    // Still protected, so still CLEAN (published RESIDENT,
+                    // its writes would fault for ever).
                     fail(sh, &format!("unprotecting a clean chunk: {e}"));
+                    chunk::release(&r.state[ci], CLEAN, 0, 0);
+                    drop(live);
+                    if try_again(sh, r, ci, fault, &mut tries) {
+                        continue;
+                    }
+                    return;
                 }
+                copy_written(sh);
                 chunk::release(&r.state[ci], RESIDENT, 0, REF);
                 sh.wake(base, sh.chunk);
                 return;
@@ -488,7 +521,7 @@ fn refill_dropped(sh: &Shared, r: &RegionInner, ci: usize, page: usize, from: u3
 enum Installed {
     Yes,
     /// Not installed (a failed copy): the chunk is as it was and the
-    /// faulting thread stays parked.
+    /// faulting thread stays parked, to be tried again (`try_again`).
     Failed,
     /// Its data cannot be read back (an I/O error, a failed checksum or
     /// decompression): the chunk is as it was, its data still where it
@@ -520,18 +553,61 @@ fn poison(sh: &Shared, r: &RegionInner, ci: usize, page: usize, fault: Fault) {
     };
     if let Err(e) = res {
         fail(sh, &e);
-        if let Fault::Event { tid, .. } = fault {
-            if tid > 0 {
-                // SAFETY: tgkill(2) with our own process id and the id of
-                // one of its threads, parked on its fault.
-                unsafe {
-                    libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGBUS);
-                }
+        sigbus(fault);
+    } else {
+        let _ = POISONED.try_with(|p| p.set(true));
+    }
+    sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+}
+
+/// SIGBUS for the thread that took `fault`, from the resolver: a handler
+/// thread sends it (`tgkill`; the thread is known by
+/// `UFFD_FEATURE_THREAD_ID`, and the signal's `si_addr` is not the page),
+/// and in signal mode the faulting thread's own handler passes it on
+/// (`POISONED`).
+fn sigbus(fault: Fault) {
+    if let Fault::Event { tid, .. } = fault {
+        if tid > 0 {
+            // SAFETY: tgkill(2) with our own process id and the id of one
+            // of its threads, parked on its fault.
+            unsafe {
+                libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGBUS);
             }
         }
     }
     let _ = POISONED.try_with(|p| p.set(true));
+}
+
+/// Tries of one fault's install or unprotect before the faulting thread
+/// gets SIGBUS.
+const RESOLVE_TRIES: u32 = 8;
+
+/// A fault's install or unprotect of chunk `ci` failed (the chunk is as it
+/// was and no longer ours; the caller holds no lock): whether to try again.
+/// Between tries the resolver sleeps 1, 2, 4 … ms (127 ms in all), time for
+/// an evictor to free what a refused copy wanted (`UFFDIO_COPY` answers
+/// ENOMEM at a memory cgroup's limit). After [`RESOLVE_TRIES`] the faulting
+/// thread gets SIGBUS, as a kernel fault that can neither allocate nor
+/// reclaim ends in `VM_FAULT_SIGBUS` or the OOM killer, instead of sleeping
+/// on its fault for good (handler threads) or faulting again for ever
+/// (signal mode); the chunk's data stays where it is, and a later access
+/// (a program's SIGBUS handler may return) tries afresh.
+fn try_again(sh: &Shared, r: &RegionInner, ci: usize, fault: Fault, tries: &mut u32) -> bool {
+    *tries += 1;
+    if *tries < RESOLVE_TRIES {
+        std::thread::sleep(std::time::Duration::from_millis(1 << (*tries - 1)));
+        return true;
+    }
+    fail(
+        sh,
+        &format!(
+            "a fault at {:#x}: {RESOLVE_TRIES} tries failed; the faulting thread gets SIGBUS",
+            r.chunk_addr(ci, sh.chunk)
+        ),
+    );
+    sigbus(fault);
     sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+    false
 }
 
 /// Taking a chunk to resolve a fault on it.
@@ -945,7 +1021,7 @@ fn fill(
 /// the page's group mapped): the group's copies go stale, so they are
 /// dropped and its protection lifted. The chunk stays PARTIAL, now DIRTY
 /// and in use (REF); its other groups are left as they are.
-fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
+fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -> bool {
     let base = r.chunk_addr(ci, sh.chunk);
     let g = chunk::group_pages(1 << sh.order);
     let p0 = (page - base) / PAGE_SIZE / g * g;
@@ -953,16 +1029,35 @@ fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) {
     sh.zswap
         .invalidate_range(sh.entry(r, ci).offset(p0 as u64), g as u64);
     let at = base + p0 * PAGE_SIZE;
-    if let Err(e) = sh
-        .uffd
-        .remove_write_protection(at as *mut _, g * PAGE_SIZE, false)
-    {
-        // Still protected, now with no copy: a valid PARTIAL group, which
-        // an eviction stores afresh.
-        fail(sh, &format!("unprotecting a partial chunk's group: {e}"));
-    }
+    let res = unprotect(sh, at, g * PAGE_SIZE);
+    // Failed, the group is still protected, now with no copy: a valid
+    // PARTIAL group, which an eviction stores afresh.
     chunk::release(&r.state[ci], PARTIAL, 0, REF | DIRTY);
-    sh.wake(base, sh.chunk);
+    match res {
+        Ok(_) => {
+            sh.wake(base, sh.chunk);
+            true
+        }
+        Err(e) => {
+            fail(sh, &format!("unprotecting a partial chunk's group: {e}"));
+            false
+        }
+    }
+}
+
+/// Lift the write protection of `len` bytes at `at` for a write-protect
+/// fault, without waking: the caller publishes the chunk's state first, and
+/// a thread woken on a failure would only fault again.
+fn unprotect(sh: &Shared, at: usize, len: usize) -> Result<(), String> {
+    if super::failpoints::take_unprotect() {
+        return Err(format!(
+            "UFFDIO_WRITEPROTECT at {at:#x}: failed (failpoint)"
+        ));
+    }
+    sh.uffd
+        .remove_write_protection(at as *mut _, len, false)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// A read fault on stored data installs as a write would (writable, its
@@ -1167,7 +1262,8 @@ fn workingset_refault(sh: &Shared, r: &RegionInner, ci: usize, page: Option<usiz
 
 /// Errors on the fault path cannot be returned to the faulting thread; they
 /// are counted and printed, and the thread stays parked on its fault rather
-/// than read wrong data. Printed as the kernel's `printk_ratelimited`
+/// than read wrong data, while the fault is tried again (`try_again`: a few
+/// times, then SIGBUS). Printed as the kernel's `printk_ratelimited`
 /// does: a device that fails every read fails every fault, and the
 /// program's stderr is no place for a line per fault. `fault_errors`
 /// counts them all.

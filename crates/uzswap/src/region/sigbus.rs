@@ -177,7 +177,8 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let found = found.flatten();
     match found {
         Some((sh, r)) => {
-            if fault::resolve_here(&sh, &r, addr, is_write(ctx)) {
+            let (write, wp) = access(ctx);
+            if fault::resolve_here(&sh, &r, addr, write, wp) {
                 chain(sig, code, info, ctx);
             }
         }
@@ -187,22 +188,26 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Whether the faulting access was a write (the page-fault error code's
-/// write bit), where the architecture's context is decoded (x86-64);
-/// elsewhere None, and a fault on a mapped page is taken for a write.
-fn is_write(ctx: *mut libc::c_void) -> Option<bool> {
+/// Whether the faulting access was a write, and whether it was a
+/// write-protect fault (a write to a present page), from the page-fault
+/// error code where the architecture's context is decoded (x86-64: the
+/// kernel's `set_signal_archinfo` leaves it in the signal frame); elsewhere
+/// None, and the chunk's state decides.
+fn access(ctx: *mut libc::c_void) -> (Option<bool>, Option<bool>) {
     #[cfg(target_arch = "x86_64")]
     {
+        const X86_PF_PROT: i64 = 1 << 0;
         const X86_PF_WRITE: i64 = 1 << 1;
         let uc = ctx as *const libc::ucontext_t;
         // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
         let err = unsafe { (*uc).uc_mcontext.gregs[libc::REG_ERR as usize] };
-        Some(err & X86_PF_WRITE != 0)
+        let write = err & X86_PF_WRITE != 0;
+        (Some(write), Some(write && err & X86_PF_PROT != 0))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = ctx;
-        None
+        (None, None)
     }
 }
 
