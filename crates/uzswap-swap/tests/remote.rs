@@ -188,6 +188,41 @@ fn an_unreachable_server_fails_reads_after_bounded_retries_and_writes_back_off()
     assert!(e.to_string().contains("missing"), "{e}");
 }
 
+/// A write the server refused (`min-replicas-to-write` with no replica:
+/// NOREPLICAS, as a busy server's timeout fails one) puts the target in its
+/// back-off; the values it wrote before are still unlinked when it goes
+/// (the drop once skipped them all while backing off).
+#[test]
+fn a_target_backing_off_still_unlinks_its_values_when_dropped() {
+    if !available() {
+        return;
+    }
+    let srv = RedisServer::start(&[]);
+    let d = device(&format!("{}?backoff_ms=60000", srv.url()), 2);
+    let a = d.alloc(2).unwrap();
+    write(&d, a, 0..4).unwrap();
+    let mut con = redis::Client::open(srv.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut replicas = |n: u32| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("min-replicas-to-write")
+            .arg(n)
+            .query(&mut con)
+            .unwrap();
+    };
+    replicas(1);
+    let b = d.alloc(2).unwrap();
+    assert!(write(&d, b, 10..14).is_err(), "the server took the write");
+    assert_eq!(d.stats().remote.unwrap().write_errors, 1);
+    replicas(0);
+    assert!(srv.dbsize() >= 4);
+    drop(d);
+    assert_eq!(srv.dbsize(), 0, "values left by a target backing off");
+}
+
 #[test]
 fn a_full_server_refuses_writes_and_keeps_what_it_has() {
     if !available() {

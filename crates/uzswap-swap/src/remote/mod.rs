@@ -53,7 +53,10 @@
 //! new write to the same slot. On drop (or [`RedisTarget::clear`], which a
 //! process that never drops its device calls at exit) the target unlinks
 //! every slot it wrote, so a server shared by many runs keeps none of
-//! them. A process killed, or ending in `_exit` or `exec`, leaves its
+//! them: retried as reads are, or tried once while the target backs off
+//! after a failed write. The instance stops its shrinker before it lets
+//! go of the cache, so that drop runs in the owner's thread and not in a
+//! shrinker thread the process may end first. A process killed, or ending in `_exit` or `exec`, leaves its
 //! values behind under its own instance id.
 //!
 //! # Locks

@@ -469,7 +469,7 @@ impl RedisTarget {
     /// without dropping its device (a program under the preload library).
     /// Loads of those slots fail afterwards (missing), as they must.
     pub fn clear(&self) {
-        if !self.cleared.swap(true, Relaxed) && !self.backing_off() {
+        if !self.cleared.swap(true, Relaxed) {
             self.clear_all();
         }
     }
@@ -487,13 +487,20 @@ impl RedisTarget {
                 slots.extend((first..end).filter(|&s| self.versions.get(s).load(Relaxed) != 0));
             }
         }
+        // Backing off after a failed write (a timeout on a busy server, as
+        // often as a dead one), one try: skipped, it left every value.
+        let tries = if self.backing_off() {
+            1
+        } else {
+            1 + self.cfg.retries
+        };
         for chunk in slots.chunks(8 * SWAPFILE_CLUSTER) {
             let pipe = self.unlink_pipe(chunk);
             // Retried as reads are (an `UNLINK` is idempotent): one broken
             // pooled connection, or a reply that timed out on a busy
             // server after part of the pipeline ran, left the rest of the
             // program's values on the server.
-            if self.exec::<()>(&pipe, 1 + self.cfg.retries).is_err() {
+            if self.exec::<()>(&pipe, tries).is_err() {
                 // Unreachable: what is left there expires with the server's
                 // data; do not pay the retries per chunk.
                 add(&self.counters.delete_errors, 1);

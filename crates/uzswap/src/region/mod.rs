@@ -718,6 +718,8 @@ impl Drop for Owner {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        // So the cache's own drop runs here, not in its shrinker thread.
+        self.sh.zswap.stop_shrinker();
         // SAFETY: the eventfd is ours and every thread using it has exited.
         unsafe { libc::close(self.sh.stop_fd) };
     }

@@ -346,8 +346,14 @@ impl Zswap {
         Ok(())
     }
 
-    /// Stop and join the threads (from `Drop`).
-    pub(super) fn stop_shrinker(&self) {
+    /// Stop and join the threads (from `Drop`, and from an owner about to
+    /// drop its last handle). A shrinker thread holds the cache (an
+    /// upgraded `Weak`) while it runs: an owner that dropped its handle then
+    /// left the last one, and so the drop (freeing the device's slots and
+    /// unlinking a far tier's values), to that thread, which a process
+    /// leaving `main` ends mid-drop. Stopped first, the owner's drop is the
+    /// last. Idempotent; the cache still works without the threads.
+    pub fn stop_shrinker(&self) {
         let c = &self.shrink;
         if !c.running.swap(false, Relaxed) {
             return;
