@@ -553,6 +553,37 @@ fn copy_fails(handler: HandlerMode, n: u32) {
     eprintln!("child ok: {bus} SIGBUS");
 }
 
+/// A page the program dropped itself (`MADV_DONTNEED` on a resident
+/// chunk) whose zero page cannot be installed `n` times in a row: retried,
+/// then (`n` ≥ 8) one SIGBUS; it then reads zeros, the rest is intact.
+fn refill_fails(handler: HandlerMode, n: u32) {
+    let (uz, r) = setup(handler, 64 << 20, None);
+    let v = 3 * uz.chunk_bytes() / PAGE_SIZE + 2;
+    // SAFETY: a page of the live region: what a program may do.
+    let rc = unsafe {
+        libc::madvise(
+            page(&r, v).as_mut_ptr().cast(),
+            PAGE_SIZE,
+            libc::MADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0);
+    let (errors, before) = (uz.stats().fault_errors, BUS_COUNT.load(SeqCst));
+    uzswap::region::failpoints::fail_copies(n);
+    assert!(page(&r, v).iter().all(|&b| b == 0), "page {v}: not zeros");
+    let failed = uz.stats().fault_errors - errors;
+    assert!(failed >= u64::from(n.min(8)), "{failed} errors counted");
+    let bus = BUS_COUNT.load(SeqCst) - before;
+    assert_eq!(bus, usize::from(n >= 8), "{n} refused copies: {bus} SIGBUS");
+    for i in (0..PAGES).filter(|&i| i != v) {
+        assert!(
+            Pattern::Index.verify(i as u64, SEED, page(&r, i)),
+            "page {i}"
+        );
+    }
+    eprintln!("child ok: {bus} SIGBUS");
+}
+
 /// The first write to pages a read installed protected (a whole clean
 /// chunk, and a partial chunk's group) with the protection's removal
 /// refused `n` times in a row: retried, then (`n` ≥ 8) one SIGBUS instead
@@ -713,6 +744,7 @@ fn child(case: &str, mode: &str, arg: &str) {
         "poison-fails" => poison_fails(h),
         "copy-fails" => copy_fails(h, arg.parse().unwrap()),
         "unprotect-fails" => unprotect_fails(h, arg.parse().unwrap()),
+        "refill-fails" => refill_fails(h, arg.parse().unwrap()),
         "full-fs" => full_fs(h, arg),
         _ => panic!("unknown case {case}"),
     }
@@ -869,6 +901,12 @@ fn installs_refused_for_good_are_sigbus_not_a_hang() {
 fn refused_unprotects_are_retried_then_sigbus() {
     expect_ok("unprotect-fails", "3");
     expect_ok("unprotect-fails", "8");
+}
+
+#[test]
+fn refused_refills_of_dropped_pages_are_retried_then_sigbus() {
+    expect_ok("refill-fails", "3");
+    expect_ok("refill-fails", "8");
 }
 
 #[test]

@@ -357,10 +357,12 @@ fn resolve_in(
                 if !wp && mask & bit != 0 {
                     // The page should be there: resolved before we read
                     // the event, or dropped by the program.
-                    if refill_dropped(sh, r, ci, page, PARTIAL) {
-                        return;
+                    match refill_dropped(sh, r, ci, page, PARTIAL) {
+                        Ok(true) => return,
+                        Ok(false) => continue,
+                        Err(()) if try_again(sh, r, ci, fault, &mut tries) => continue,
+                        Err(()) => return,
                     }
-                    continue;
                 }
                 // A write to a mapped group lifts its protection and
                 // charges nothing: no backstop for it.
@@ -444,8 +446,11 @@ fn resolve_in(
                 // Every page of the chunk should be mapped (and a RESIDENT
                 // one is never write-protected): resolved before we read
                 // the event, or a page the program dropped itself.
-                if refill_dropped(sh, r, ci, page, st) {
-                    return;
+                match refill_dropped(sh, r, ci, page, st) {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(()) if try_again(sh, r, ci, fault, &mut tries) => {}
+                    Err(()) => return,
                 }
             }
             _ => {
@@ -472,11 +477,18 @@ fn resolve_in(
 /// write-protected where the chunk's other pages are, and the cache's copy
 /// of it is dropped, so an eviction stores it afresh rather than claim a
 /// copy of what was there before. Returns false when the chunk moved on
-/// first (look again).
-fn refill_dropped(sh: &Shared, r: &RegionInner, ci: usize, page: usize, from: u32) -> bool {
+/// first (look again), an error when the copy failed (the chunk is as it
+/// was, the faulting thread not woken).
+fn refill_dropped(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    page: usize,
+    from: u32,
+) -> Result<bool, ()> {
     let (_live, prev) = match own(sh, r, ci, from, false) {
-        Own::Gone => return true,
-        Own::Lost => return false,
+        Own::Gone => return Ok(true),
+        Own::Lost => return Ok(false),
         Own::Owned(live, prev) => (live, prev),
     };
     let base = r.chunk_addr(ci, sh.chunk);
@@ -487,7 +499,7 @@ fn refill_dropped(sh: &Shared, r: &RegionInner, ci: usize, page: usize, from: u3
             if chunk::release(&r.state[ci], from, 0, 0) {
                 sh.wake(base, sh.chunk);
             }
-            return false;
+            return Ok(false);
         }
     }
     let wp = from != RESIDENT;
@@ -509,11 +521,15 @@ fn refill_dropped(sh: &Shared, r: &RegionInner, ci: usize, page: usize, from: u3
         Ok(_) => {
             sh.ctr.faults_stale.fetch_add(1, Relaxed);
         }
-        Err((e, _)) => fail(sh, &e),
+        Err((e, _)) => {
+            fail(sh, &e);
+            chunk::release(&r.state[ci], from, 0, 0);
+            return Err(());
+        }
     }
     chunk::release(&r.state[ci], from, 0, 0);
     sh.wake(base, sh.chunk);
-    true
+    Ok(true)
 }
 
 /// What an install came to.
