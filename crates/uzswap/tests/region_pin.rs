@@ -186,35 +186,60 @@ fn discard_reads_back_zeros_and_frees() {
     }
 }
 
+/// An instance in `handler` mode whose region has a page dropped with
+/// madvise(MADV_DONTNEED) behind its back in a resident, a clean and a
+/// partial chunk; returns the dropped pages too.
+fn dropped_pages(handler: HandlerMode) -> Option<(uzswap::Uzswap, uzswap::Region, [usize; 3])> {
+    let (uz, r) = filled(Config {
+        handler,
+        ..Config::default()
+    })?;
+    let chunk = uz.chunk_bytes();
+    let cp = chunk / PAGE_SIZE;
+    r.advise(chunk..3 * chunk, Advice::PageOut).unwrap();
+    r.advise(chunk..2 * chunk, Advice::WillNeed).unwrap(); // clean
+    let _ = common::read(&r, 2 * cp + 5); // partial: page 5 mapped
+    let dropped = [3, cp + 2, 2 * cp + 5];
+    for &i in &dropped {
+        // SAFETY: a page of the live region: what a program may do.
+        let rc = unsafe {
+            libc::madvise(
+                r.as_ptr().add(i * PAGE_SIZE) as *mut _,
+                PAGE_SIZE,
+                libc::MADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0);
+    }
+    Some((uz, r, dropped))
+}
+
+/// Every page of `r` holds its pattern but the `dropped` ones, which hold
+/// zeros and a 42 at byte 100; again once paged out and back.
+fn check_dropped_and_written(handler: HandlerMode, r: &uzswap::Region, dropped: &[usize]) {
+    for pass in ["written", "paged out and back"] {
+        for i in 0..LEN / PAGE_SIZE {
+            let p = page(r, i);
+            if dropped.contains(&i) {
+                assert_eq!(p[100], 42, "{handler:?} {pass}: page {i}");
+                assert_eq!(p.iter().filter(|&&b| b != 0).count(), 1);
+            } else {
+                assert!(Pattern::Text.verify(i as u64, 7, p), "{handler:?} page {i}");
+            }
+        }
+        r.advise(0..LEN, Advice::PageOut).unwrap();
+    }
+}
+
 /// A page the program drops itself with madvise(MADV_DONTNEED) reads back
 /// as zeros (it used to loop for ever as a stale fault), in a resident, a
 /// clean and a partial chunk, in both handler modes.
 #[test]
 fn pages_dropped_behind_our_back_read_zero() {
     for handler in [HandlerMode::Block, HandlerMode::Signal] {
-        let Some((uz, r)) = filled(Config {
-            handler,
-            ..Config::default()
-        }) else {
+        let Some((uz, r, dropped)) = dropped_pages(handler) else {
             return;
         };
-        let chunk = uz.chunk_bytes();
-        let cp = chunk / PAGE_SIZE;
-        r.advise(chunk..3 * chunk, Advice::PageOut).unwrap();
-        r.advise(chunk..2 * chunk, Advice::WillNeed).unwrap(); // clean
-        let _ = common::read(&r, 2 * cp + 5); // partial: page 5 mapped
-        let dropped = [3, cp + 2, 2 * cp + 5];
-        for &i in &dropped {
-            // SAFETY: a page of the live region: what a program may do.
-            let rc = unsafe {
-                libc::madvise(
-                    r.as_ptr().add(i * PAGE_SIZE) as *mut _,
-                    PAGE_SIZE,
-                    libc::MADV_DONTNEED,
-                )
-            };
-            assert_eq!(rc, 0);
-        }
         for &i in &dropped {
             assert!(page(&r, i).iter().all(|&b| b == 0), "{handler:?} page {i}");
         }
@@ -223,16 +248,7 @@ fn pages_dropped_behind_our_back_read_zero() {
         for &i in &dropped {
             page(&r, i)[100] = 42;
         }
-        r.advise(0..LEN, Advice::PageOut).unwrap();
-        for i in 0..LEN / PAGE_SIZE {
-            let p = page(&r, i);
-            if dropped.contains(&i) {
-                assert_eq!(p[100], 42, "{handler:?} page {i}");
-                assert_eq!(p.iter().filter(|&&b| b != 0).count(), 1);
-            } else {
-                assert!(Pattern::Text.verify(i as u64, 7, p), "{handler:?} page {i}");
-            }
-        }
+        check_dropped_and_written(handler, &r, &dropped);
     }
 }
 
@@ -254,42 +270,13 @@ fn pages_dropped_behind_our_back_then_written() {
         }
     });
     for handler in [HandlerMode::Block, HandlerMode::Signal] {
-        let Some((uz, r)) = filled(Config {
-            handler,
-            ..Config::default()
-        }) else {
+        let Some((_uz, r, dropped)) = dropped_pages(handler) else {
             return;
         };
-        let chunk = uz.chunk_bytes();
-        let cp = chunk / PAGE_SIZE;
-        r.advise(chunk..3 * chunk, Advice::PageOut).unwrap();
-        r.advise(chunk..2 * chunk, Advice::WillNeed).unwrap(); // clean
-        let _ = common::read(&r, 2 * cp + 5); // partial: page 5 mapped
-        let dropped = [3, cp + 2, 2 * cp + 5];
         for &i in &dropped {
-            // SAFETY: a page of the live region: what a program may do.
-            let rc = unsafe {
-                libc::madvise(
-                    r.as_ptr().add(i * PAGE_SIZE) as *mut _,
-                    PAGE_SIZE,
-                    libc::MADV_DONTNEED,
-                )
-            };
-            assert_eq!(rc, 0);
             page(&r, i)[100] = 42;
         }
-        for pass in ["written", "paged out and back"] {
-            for i in 0..LEN / PAGE_SIZE {
-                let p = page(&r, i);
-                if dropped.contains(&i) {
-                    assert_eq!(p[100], 42, "{handler:?} {pass}: page {i}");
-                    assert_eq!(p.iter().filter(|&&b| b != 0).count(), 1);
-                } else {
-                    assert!(Pattern::Text.verify(i as u64, 7, p), "{handler:?} page {i}");
-                }
-            }
-            r.advise(0..LEN, Advice::PageOut).unwrap();
-        }
+        check_dropped_and_written(handler, &r, &dropped);
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
 }
