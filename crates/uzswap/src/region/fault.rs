@@ -427,10 +427,18 @@ fn resolve_in(
                 // the cache (`keep.rs`): only its protection goes.
                 let base = r.chunk_addr(ci, sh.chunk);
                 if let Err(e) = unprotect(sh, base, sh.chunk) {
-                    // Still protected, so still CLEAN (published RESIDENT,
-                    // its writes would fault for ever).
                     fail(sh, &format!("unprotecting a clean chunk: {e}"));
-                    chunk::release(&r.state[ci], CLEAN, 0, 0);
+                    // CLEAN only while every page is protected: an eviction
+                    // stores a CLEAN chunk without protecting it, and a
+                    // write to a page left writable (a range the kernel
+                    // changed in part: a chunk across a VMA split) would be
+                    // lost. Not sure of that, RESIDENT: its eviction
+                    // protects, and a write-protect fault on it unprotects.
+                    let to = match sh.uffd.write_protect(base as *mut _, sh.chunk) {
+                        Ok(_) => CLEAN,
+                        Err(_) => RESIDENT,
+                    };
+                    release_failed(sh, r, ci, to);
                     drop(live);
                     if try_again(sh, r, ci, fault, &mut tries) {
                         continue;
@@ -442,10 +450,33 @@ fn resolve_in(
                 sh.wake(base, sh.chunk);
                 return;
             }
-            (RESIDENT, _) | (CLEAN, false) => {
-                // Every page of the chunk should be mapped (and a RESIDENT
-                // one is never write-protected): resolved before we read
-                // the event, or a page the program dropped itself.
+            (RESIDENT, true) => {
+                // A RESIDENT chunk keeps no page protected, but for one
+                // whose unprotect failed (published RESIDENT so that its
+                // eviction protects it afresh), or a stale event (lifting
+                // nothing then): lift it.
+                let live = match own(sh, r, ci, RESIDENT, false) {
+                    Own::Gone => return,
+                    Own::Lost => continue,
+                    Own::Owned(live, _) => live,
+                };
+                let base = r.chunk_addr(ci, sh.chunk);
+                let res = unprotect(sh, base, sh.chunk);
+                if let Err(e) = &res {
+                    fail(sh, &format!("unprotecting a resident chunk: {e}"));
+                }
+                release_failed(sh, r, ci, RESIDENT);
+                drop(live);
+                if res.is_ok() {
+                    sh.wake(base, sh.chunk);
+                } else if try_again(sh, r, ci, fault, &mut tries) {
+                    continue;
+                }
+                return;
+            }
+            (RESIDENT, false) | (CLEAN, false) => {
+                // Every page of the chunk should be mapped: resolved before
+                // we read the event, or a page the program dropped itself.
                 match refill_dropped(sh, r, ci, page, st) {
                     Ok(true) => return,
                     Ok(false) => {}
@@ -523,7 +554,7 @@ fn refill_dropped(
         }
         Err((e, _)) => {
             fail(sh, &e);
-            chunk::release(&r.state[ci], from, 0, 0);
+            release_failed(sh, r, ci, from);
             return Err(());
         }
     }
@@ -592,6 +623,17 @@ fn sigbus(fault: Fault) {
         }
     }
     let _ = POISONED.try_with(|p| p.set(true));
+}
+
+/// Give chunk `ci` back as `to` after a failed attempt to resolve a fault
+/// on it. The faulting thread is not woken (it would only fault again; the
+/// resolver tries again, `try_again`), but faults that parked on the chunk
+/// meanwhile are: a handler thread left them to the owner's release, and
+/// they take their own tries.
+fn release_failed(sh: &Shared, r: &RegionInner, ci: usize, to: u32) {
+    if chunk::release(&r.state[ci], to, 0, 0) {
+        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+    }
 }
 
 /// Tries of one fault's install or unprotect before the faulting thread
@@ -703,8 +745,7 @@ fn install(
             scratch[..mapped].copy_from_slice(now);
         }
         unmap_and_restore(sh, r, ci, 0..1 << sh.order, scratch, mode);
-        // The faulting thread stays parked (woken, it would fault again).
-        chunk::release(&r.state[ci], STORED, 0, 0);
+        release_failed(sh, r, ci, STORED);
         fail(sh, &e);
         return Installed::Failed;
     }
@@ -934,7 +975,7 @@ fn install_group(
             buf[..mapped].copy_from_slice(now);
         }
         unmap_and_restore(sh, r, ci, p0..p0 + g, scratch, mode);
-        chunk::release(&r.state[ci], back, 0, 0);
+        release_failed(sh, r, ci, back);
         fail(sh, &e);
         return Installed::Failed;
     }
@@ -1006,7 +1047,7 @@ fn fill(
             for part in &parts {
                 unmap_and_restore(sh, r, ci, part.clone(), scratch, mode);
             }
-            chunk::release(&r.state[ci], PARTIAL, 0, 0);
+            release_failed(sh, r, ci, PARTIAL);
             fail(sh, &e);
             return Installed::Failed;
         }
@@ -1041,21 +1082,25 @@ fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -> bool
     let base = r.chunk_addr(ci, sh.chunk);
     let g = chunk::group_pages(1 << sh.order);
     let p0 = (page - base) / PAGE_SIZE / g * g;
-    copy_written(sh);
     sh.zswap
         .invalidate_range(sh.entry(r, ci).offset(p0 as u64), g as u64);
     let at = base + p0 * PAGE_SIZE;
     let res = unprotect(sh, at, g * PAGE_SIZE);
-    // Failed, the group is still protected, now with no copy: a valid
+    // Failed, the group is still protected (or in part: a DIRTY chunk's
+    // eviction protects its groups first), now with no copy: a valid
     // PARTIAL group, which an eviction stores afresh.
-    chunk::release(&r.state[ci], PARTIAL, 0, REF | DIRTY);
+    let waiters = chunk::release(&r.state[ci], PARTIAL, 0, REF | DIRTY);
     match res {
         Ok(_) => {
+            copy_written(sh);
             sh.wake(base, sh.chunk);
             true
         }
         Err(e) => {
             fail(sh, &format!("unprotecting a partial chunk's group: {e}"));
+            if waiters {
+                sh.wake(base, sh.chunk);
+            }
             false
         }
     }
@@ -1208,7 +1253,7 @@ fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     if let Err((e, _)) = copy_chunk(sh, base, &sh.zeros[..len], false) {
         sh.resident.fetch_sub(len as u64, Relaxed);
         for c in lo..hi {
-            chunk::release(&r.state[c], UNTOUCHED, 0, 0);
+            release_failed(sh, r, c, UNTOUCHED);
         }
         fail(sh, &e);
         return false;
