@@ -349,7 +349,7 @@ pub struct Zswap {
 }
 
 #[cfg(feature = "failpoints")]
-type WritebackHook = parking_lot::Mutex<Option<Box<dyn Fn(&Zswap) + Send + Sync>>>;
+type WritebackHook = parking_lot::Mutex<Option<Arc<dyn Fn(&Zswap) + Send + Sync>>>;
 
 /// What the cache holds, from its counters (relaxed loads, no locks): for
 /// a caller sizing the pool against how densely its pages compress.
@@ -602,11 +602,14 @@ impl Zswap {
     /// writeback walk writes: a test's way to change the cache's settings
     /// at a known point of a walk.
     pub fn debug_after_writeback(&self, f: impl Fn(&Zswap) + Send + Sync + 'static) {
-        *self.wb_hook.lock() = Some(Box::new(f));
+        *self.wb_hook.lock() = Some(Arc::new(f));
     }
 
+    /// Taken out of its lock first: a hook that holds its walk must not
+    /// hold other threads' walks with it.
     pub(super) fn run_writeback_hook(&self) {
-        if let Some(f) = &*self.wb_hook.lock() {
+        let f = self.wb_hook.lock().clone();
+        if let Some(f) = f {
             f(self);
         }
     }
