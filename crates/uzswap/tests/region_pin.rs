@@ -281,6 +281,53 @@ fn pages_dropped_behind_our_back_then_written() {
     done.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// A discard of part of a stored chunk (`MADV_DONTNEED` on a few pages,
+/// as allocators purge) reads nothing back: the chunk stays in the cache
+/// with those pages zero, as the kernel drops a swapped-out page's entry
+/// without reading it. Both handler modes; every other byte intact.
+#[test]
+fn a_partial_discard_of_a_stored_chunk_reads_nothing_back() {
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let Some((uz, r)) = filled(Config {
+            handler,
+            ..Config::default()
+        }) else {
+            return;
+        };
+        let cp = uz.chunk_bytes() / PAGE_SIZE;
+        r.advise(0..LEN, Advice::PageOut).unwrap();
+        assert_eq!(r.resident_bytes(), 0);
+        let faults = uz.stats().pgmajfault;
+        // Inside chunk 1, and across the boundary of chunks 2 and 3.
+        let gone: Vec<usize> = (cp + 3..cp + 7).chain(3 * cp - 2..3 * cp + 4).collect();
+        r.discard((cp + 3) * PAGE_SIZE..(cp + 7) * PAGE_SIZE)
+            .unwrap();
+        r.discard((3 * cp - 2) * PAGE_SIZE..(3 * cp + 4) * PAGE_SIZE)
+            .unwrap();
+        assert_eq!(
+            r.resident_bytes(),
+            0,
+            "{handler:?}: the discard read pages in"
+        );
+        assert_eq!(uz.stats().pgmajfault, faults, "{handler:?}");
+        assert_eq!(uz.stats().discarded_stored_pages, gone.len() as u64);
+        for pass in ["discarded", "paged out and back"] {
+            for i in 0..LEN / PAGE_SIZE {
+                let p = page(&r, i);
+                if gone.contains(&i) {
+                    assert!(p.iter().all(|&b| b == 0), "{handler:?} {pass}: page {i}");
+                } else {
+                    assert!(
+                        Pattern::Text.verify(i as u64, 7, p),
+                        "{handler:?} {pass}: page {i}"
+                    );
+                }
+            }
+            r.advise(0..LEN, Advice::PageOut).unwrap();
+        }
+    }
+}
+
 /// A child forked after `prepare_fork` sees every byte its parent had,
 /// evicted pages included; the parent carries on under its budget.
 #[test]

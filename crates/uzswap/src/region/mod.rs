@@ -470,6 +470,9 @@ pub struct UzswapStats {
     /// Missing faults on pages the program had dropped itself
     /// (`MADV_DONTNEED` past [`Uzswap::discard`]): filled with zeros.
     pub faults_dropped: u64,
+    /// Pages discarded in part of a stored chunk ([`Uzswap::discard`]):
+    /// their entries made zero pages, the chunk left in the cache.
+    pub discarded_stored_pages: u64,
     pub fault_errors: u64,
     /// Chunks evicted (stored + zapped), and how many of them were clean
     /// drops (no compression).
@@ -519,6 +522,7 @@ struct Counters {
     backstop_ns: AtomicU64,
     faults_stale: AtomicU64,
     faults_dropped: AtomicU64,
+    discarded_stored_pages: AtomicU64,
     fault_errors: AtomicU64,
     evicted_chunks: AtomicU64,
     evicted_clean: AtomicU64,
@@ -1223,6 +1227,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         faults_remote: sh.locality.remote(),
         handler_standbys: sh.locality.standbys(),
         faults_dropped: g(&c.faults_dropped),
+        discarded_stored_pages: g(&c.discarded_stored_pages),
         fault_errors: g(&c.fault_errors),
         evicted_chunks: g(&c.evicted_chunks),
         evicted_probation: g(&c.evicted_probation),

@@ -18,9 +18,15 @@
 //! A whole chunk is taken (BUSY, as a resolver takes it), zapped, its cache
 //! entries invalidated, its charge dropped, and left UNTOUCHED: the next
 //! fault zero-fills it, as the kernel does for a dropped anonymous page. A
-//! chunk only partly in the range is written with zeros instead (faulting
-//! in what it needs): its other pages keep their data, and RESIDENT keeps
-//! meaning "every page mapped".
+//! STORED chunk only partly in the range stays STORED: the cache's entries
+//! of the discarded pages are replaced with zero pages (same-filled: no
+//! allocation, no compression), as the kernel drops a swapped-out page's
+//! entry without reading it, and the other pages are not read either
+//! (decompressed, installed and charged only to be zeroed in part, and an
+//! unreadable neighbour made the discard itself fault with SIGBUS). Any
+//! other chunk partly in the range is written with zeros (faulting in what
+//! it needs): its other pages keep their data, and RESIDENT keeps meaning
+//! "every page mapped".
 //!
 //! # Fork
 //! Without `UFFD_FEATURE_EVENT_FORK` (which an unprivileged process cannot
@@ -354,14 +360,43 @@ fn discard_in(sh: &Shared, r: &RegionInner, range: Range<usize>) {
     for ci in chunks_of(sh, r, &range) {
         let base = r.chunk_addr(ci, sh.chunk);
         let (s, e) = (base.max(range.start), (base + sh.chunk).min(range.end));
+        let pages = (s - base) / PAGE_SIZE..(e - base) / PAGE_SIZE;
         if s == base && e == base + sh.chunk {
             discard_chunk(sh, r, ci);
-        } else if chunk::state(r.state[ci].load(Acquire)) != UNTOUCHED {
+        } else if !discard_stored_pages(sh, r, ci, pages)
+            && chunk::state(r.state[ci].load(Acquire)) != UNTOUCHED
+        {
             // SAFETY: bytes of a live region mapping; the writes fault the
             // pages in like the program's own would.
             unsafe { std::ptr::write_bytes(s as *mut u8, 0, e - s) };
         }
     }
+}
+
+/// Discard `pages` (a part) of chunk `ci` where it is STORED: their cache
+/// entries become zero pages. Returns false where the chunk is not STORED,
+/// or a zero page could not be stored (same-filled pages turned off and the
+/// pool refusing): the caller then writes zeros through faults; pages
+/// already zeroed here read as zeros all the same.
+fn discard_stored_pages(sh: &Shared, r: &RegionInner, ci: usize, pages: Range<usize>) -> bool {
+    let live = r.live.read();
+    if !*live || chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_err() {
+        return false;
+    }
+    let first = sh.entry(r, ci);
+    let zeros = &sh.zeros[..PAGE_SIZE];
+    let n = pages.len() as u64;
+    let done = pages
+        .into_iter()
+        .all(|p| sh.zswap.restore(first.offset(p as u64), zeros).is_ok());
+    if done {
+        sh.ctr.discarded_stored_pages.fetch_add(n, Relaxed);
+    }
+    if chunk::release(&r.state[ci], STORED, 0, 0) {
+        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+    }
+    drop(live);
+    done
 }
 
 fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
