@@ -584,6 +584,40 @@ fn refill_fails(handler: HandlerMode, n: u32) {
     eprintln!("child ok: {bus} SIGBUS");
 }
 
+/// A discard of part of a chunk wholly on a device that fails every read
+/// (as the program's `MADV_DONTNEED` of a few pages): nothing is read, so
+/// no SIGBUS, where zeroing through faults once read the chunk in; once the
+/// device reads again the discarded pages read zeros and the rest is whole.
+fn discard_unreadable(handler: HandlerMode) {
+    let (uz, r) = setup(handler, 64 << 20, None);
+    let dev = device(&uz);
+    let out = page_out_and_write_back(&uz, &r);
+    assert!(out as usize >= PAGES / 2, "{:?}", uz.zswap().stats());
+    let per = uz.chunk_bytes() / PAGE_SIZE;
+    let c = (0..PAGES / per)
+        .find(|&c| (0..per).all(|i| uz.zswap().is_written_back(key(&r, c * per + i))))
+        .expect("a chunk wholly on the device");
+    let gone = c * per + 2..c * per + 6;
+    for _ in 0..1000 {
+        dev.inject_fault(IoOp::Read, Fault::Errno(libc::EIO));
+    }
+    let before = BUS_COUNT.load(SeqCst);
+    r.discard(gone.start * PAGE_SIZE..gone.end * PAGE_SIZE)
+        .unwrap();
+    assert_eq!(BUS_COUNT.load(SeqCst), before, "the discard read the chunk");
+    assert_eq!(uz.stats().discarded_stored_pages, gone.len() as u64);
+    dev.clear_faults();
+    for i in 0..PAGES {
+        let p = page(&r, i);
+        if gone.contains(&i) {
+            assert!(p.iter().all(|&b| b == 0), "page {i} not zeros");
+        } else {
+            assert!(Pattern::Index.verify(i as u64, SEED, p), "page {i}");
+        }
+    }
+    eprintln!("child ok");
+}
+
 /// The first write to pages a read installed protected (a whole clean
 /// chunk, and a partial chunk's group) with the protection's removal
 /// refused `n` times in a row: retried, then (`n` ≥ 8) one SIGBUS instead
@@ -745,6 +779,7 @@ fn child(case: &str, mode: &str, arg: &str) {
         "copy-fails" => copy_fails(h, arg.parse().unwrap()),
         "unprotect-fails" => unprotect_fails(h, arg.parse().unwrap()),
         "refill-fails" => refill_fails(h, arg.parse().unwrap()),
+        "discard-unreadable" => discard_unreadable(h),
         "full-fs" => full_fs(h, arg),
         _ => panic!("unknown case {case}"),
     }
@@ -907,6 +942,11 @@ fn refused_unprotects_are_retried_then_sigbus() {
 fn refused_refills_of_dropped_pages_are_retried_then_sigbus() {
     expect_ok("refill-fails", "3");
     expect_ok("refill-fails", "8");
+}
+
+#[test]
+fn a_partial_discard_on_an_unreadable_device_reads_nothing() {
+    expect_ok("discard-unreadable", "");
 }
 
 #[test]
