@@ -168,6 +168,17 @@ fn page_out_and_write_back(uz: &Uzswap, r: &Region) -> u64 {
     uz.zswap().stats().device_pages
 }
 
+/// Page out and write back what will go; returns a chunk whose every page
+/// is on the device.
+fn chunk_on_device(uz: &Uzswap, r: &Region) -> usize {
+    let out = page_out_and_write_back(uz, r);
+    assert!(out as usize >= PAGES / 2, "{:?}", uz.zswap().stats());
+    let per = uz.chunk_bytes() / PAGE_SIZE;
+    (0..PAGES / per)
+        .find(|&c| (0..per).all(|i| uz.zswap().is_written_back(key(r, c * per + i))))
+        .expect("a chunk wholly on the device")
+}
+
 /// The writes fail with `fault` (queued `n` times): every shrink walk stops
 /// at its failed write, the pages stay in the pool, the failures are
 /// counted; every page reads back; once the device writes again the pages
@@ -591,12 +602,8 @@ fn refill_fails(handler: HandlerMode, n: u32) {
 fn discard_unreadable(handler: HandlerMode) {
     let (uz, r) = setup(handler, 64 << 20, None);
     let dev = device(&uz);
-    let out = page_out_and_write_back(&uz, &r);
-    assert!(out as usize >= PAGES / 2, "{:?}", uz.zswap().stats());
     let per = uz.chunk_bytes() / PAGE_SIZE;
-    let c = (0..PAGES / per)
-        .find(|&c| (0..per).all(|i| uz.zswap().is_written_back(key(&r, c * per + i))))
-        .expect("a chunk wholly on the device");
+    let c = chunk_on_device(&uz, &r);
     let gone = c * per + 2..c * per + 6;
     for _ in 0..1000 {
         dev.inject_fault(IoOp::Read, Fault::Errno(libc::EIO));
@@ -658,12 +665,8 @@ fn unprotect_fails(handler: HandlerMode, n: u32) {
 /// pin touched only the page it was given.
 fn pin_partial(handler: HandlerMode) {
     let (uz, r) = setup(handler, 64 << 20, None);
-    let out = page_out_and_write_back(&uz, &r);
-    assert!(out as usize >= PAGES / 2, "{:?}", uz.zswap().stats());
     let per = uz.chunk_bytes() / PAGE_SIZE;
-    let c = (0..PAGES / per)
-        .find(|&c| (0..per).all(|i| uz.zswap().is_written_back(key(&r, c * per + i))))
-        .expect("a chunk wholly on the device");
+    let c = chunk_on_device(&uz, &r);
     let v = c * per + 5;
     // A read off the chunk's first page installs that page alone.
     assert!(Pattern::Index.verify(v as u64, SEED, page(&r, v)));

@@ -22,6 +22,14 @@ fn filled(cfg: Config) -> Option<(uzswap::Uzswap, uzswap::Region)> {
     Some((uz, r))
 }
 
+/// [`filled`] with the default configuration in `handler` mode.
+fn filled_in(handler: HandlerMode) -> Option<(uzswap::Uzswap, uzswap::Region)> {
+    filled(Config {
+        handler,
+        ..Config::default()
+    })
+}
+
 fn pipe() -> (i32, i32) {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors.
@@ -144,10 +152,7 @@ fn pinned_chunks_are_not_evicted() {
 #[test]
 fn discard_reads_back_zeros_and_frees() {
     for handler in [HandlerMode::Block, HandlerMode::Signal] {
-        let Some((uz, r)) = filled(Config {
-            handler,
-            ..Config::default()
-        }) else {
+        let Some((uz, r)) = filled_in(handler) else {
             return;
         };
         let chunk = uz.chunk_bytes();
@@ -190,10 +195,7 @@ fn discard_reads_back_zeros_and_frees() {
 /// madvise(MADV_DONTNEED) behind its back in a resident, a clean and a
 /// partial chunk; returns the dropped pages too.
 fn dropped_pages(handler: HandlerMode) -> Option<(uzswap::Uzswap, uzswap::Region, [usize; 3])> {
-    let (uz, r) = filled(Config {
-        handler,
-        ..Config::default()
-    })?;
+    let (uz, r) = filled_in(handler)?;
     let chunk = uz.chunk_bytes();
     let cp = chunk / PAGE_SIZE;
     r.advise(chunk..3 * chunk, Advice::PageOut).unwrap();
@@ -288,10 +290,7 @@ fn pages_dropped_behind_our_back_then_written() {
 #[test]
 fn a_partial_discard_of_a_stored_chunk_reads_nothing_back() {
     for handler in [HandlerMode::Block, HandlerMode::Signal] {
-        let Some((uz, r)) = filled(Config {
-            handler,
-            ..Config::default()
-        }) else {
+        let Some((uz, r)) = filled_in(handler) else {
             return;
         };
         let cp = uz.chunk_bytes() / PAGE_SIZE;
