@@ -56,8 +56,9 @@
 //! them: retried as reads are, or tried once while the target backs off
 //! after a failed write. The instance stops its shrinker before it lets
 //! go of the cache, so that drop runs in the owner's thread and not in a
-//! shrinker thread the process may end first. A process killed, or ending in `_exit` or `exec`, leaves its
-//! values behind under its own instance id.
+//! shrinker thread the process may end first. A process killed, or ending
+//! in `_exit` or `exec`, leaves its values behind under its own instance
+//! id.
 //!
 //! # Locks
 //! `conns` (the idle connections) and `pending` (the delete queue) are

@@ -461,17 +461,17 @@ fn resolve_in(
                     Own::Owned(live, _) => live,
                 };
                 let base = r.chunk_addr(ci, sh.chunk);
-                let res = unprotect(sh, base, sh.chunk);
-                if let Err(e) = &res {
+                if let Err(e) = unprotect(sh, base, sh.chunk) {
                     fail(sh, &format!("unprotecting a resident chunk: {e}"));
+                    release_failed(sh, r, ci, RESIDENT);
+                    drop(live);
+                    if try_again(sh, r, ci, fault, &mut tries) {
+                        continue;
+                    }
+                    return;
                 }
-                release_failed(sh, r, ci, RESIDENT);
-                drop(live);
-                if res.is_ok() {
-                    sh.wake(base, sh.chunk);
-                } else if try_again(sh, r, ci, fault, &mut tries) {
-                    continue;
-                }
+                chunk::release(&r.state[ci], RESIDENT, 0, 0);
+                sh.wake(base, sh.chunk);
                 return;
             }
             (RESIDENT, false) | (CLEAN, false) => {

@@ -43,6 +43,12 @@
 //!               protected, drop the mapped pages' copies,
 //!               unprotect (BUSY)-------------------------------> RESIDENT
 //!   CLEAN     --write-protect fault: unprotect (BUSY)-------> RESIDENT
+//!   CLEAN     --unprotect refused: protect again (BUSY)------> CLEAN
+//!               (that refused too: may hold protected pages)--> RESIDENT
+//!   RESIDENT  --write-protect fault (after a refused
+//!               unprotect, or stale): unprotect (BUSY)--------> RESIDENT
+//!   STORED    --discard of part of it: those pages' entries
+//!               made zero pages (BUSY)-------------------------> STORED
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
 //!   CLEAN     --evict: store, zap (EVICTING)------------------> STORED
 //!   PARTIAL   --evict: write-protect the mapped groups if DIRTY,
@@ -68,7 +74,12 @@
 //! range. A woken write on a chunk that became STORED retries, takes a
 //! missing fault and is served from the pool: the write lands on the stored
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
-//! protocol). Invariants: RESIDENT implies mapped and writable; CLEAN
+//! protocol). A fault whose install or unprotect is refused leaves the
+//! chunk as it was, wakes the faults that parked on it, and tries again,
+//! 8 times, then sends its thread SIGBUS (`fault::try_again`).
+//! Invariants: RESIDENT implies mapped and writable (but pages whose
+//! unprotect was refused, which a write-protect fault lifts; its eviction
+//! protects the whole chunk first either way); CLEAN
 //! implies mapped and write-protected, with no copy kept (`keep.rs`: whole
 //! chunks' copies were nearly never claimed); PARTIAL(m)
 //! implies the pages of the groups in mask m mapped, each either
