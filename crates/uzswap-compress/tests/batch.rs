@@ -168,6 +168,39 @@ fn batch_spreads_over_workers() {
     assert_eq!(threads.lock().unwrap().len(), 2);
 }
 
+#[test]
+fn a_batch_runs_inline_while_every_worker_has_a_caller() {
+    // One caller is inside `for_each` (its one item blocks), so with two
+    // workers a second caller's batch must not be handed to the helper: it
+    // would take the CPU the first caller compresses on.
+    let e = engine("lz4", 2, 32);
+    let entered = std::sync::Barrier::new(2);
+    let release = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            e.for_each(1, |_, _| {
+                entered.wait();
+                release.wait();
+            })
+        });
+        entered.wait();
+        let me = std::thread::current().id();
+        let threads = Mutex::new(std::collections::HashSet::new());
+        e.for_each(32, |_, _| {
+            threads.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        release.wait();
+        assert_eq!(*threads.lock().unwrap(), [me].into_iter().collect());
+    });
+    // Alone again: the batch spreads.
+    let threads = Mutex::new(std::collections::HashSet::new());
+    e.for_each(32, |_, _| {
+        threads.lock().unwrap().insert(std::thread::current().id());
+        std::thread::sleep(Duration::from_millis(2));
+    });
+    assert_eq!(threads.lock().unwrap().len(), 2);
+}
 /// Fails every page whose first byte is 0xEE; otherwise lz4.
 struct Picky(Arc<dyn Compressor>);
 struct PickyCtx(Box<dyn CompressCtx>);
