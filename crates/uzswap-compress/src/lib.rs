@@ -17,7 +17,7 @@ mod lz4;
 mod lzo;
 mod zstd;
 
-pub use batch::{BatchEngine, BatchError, EngineConfig, MAX_BATCH};
+pub use batch::{BatchEngine, BatchError, EngineConfig, Spread, MAX_BATCH};
 pub use compressor::{
     by_id, by_name, names, CompressCtx, CompressError, Compressor, CompressorId, DecompressError,
     UnknownCompressor,

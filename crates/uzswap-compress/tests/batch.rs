@@ -8,15 +8,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uzswap_compress::{
     by_name, BatchEngine, BatchError, CompressCtx, CompressError, Compressor, CompressorId,
-    DecompressError, EngineConfig, MAX_BATCH,
+    DecompressError, EngineConfig, Spread, MAX_BATCH,
 };
 
+/// An engine that spreads its batches whatever else the machine runs (the
+/// tests run beside each other): `Spread::WhenIdle` has its own test.
 fn engine(name: &str, workers: usize, batch_size: usize) -> BatchEngine {
     BatchEngine::new(
         by_name(name).unwrap(),
         EngineConfig {
             workers,
             batch_size,
+            spread: Spread::Always,
         },
     )
     .unwrap()
@@ -37,6 +40,7 @@ fn config_is_checked() {
             EngineConfig {
                 workers: 2,
                 batch_size: bad,
+                ..EngineConfig::default()
             },
         );
         assert_eq!(r.err(), Some(BatchError::BatchSize(bad)));
@@ -46,6 +50,7 @@ fn config_is_checked() {
         EngineConfig {
             workers: 1 << 20,
             batch_size: 1,
+            ..EngineConfig::default()
         },
     );
     assert_eq!(r.err(), Some(BatchError::Workers(1 << 20)));
@@ -55,6 +60,7 @@ fn config_is_checked() {
             EngineConfig {
                 workers: 3,
                 batch_size: bs,
+                ..EngineConfig::default()
             },
         )
         .unwrap();
@@ -169,6 +175,46 @@ fn batch_spreads_over_workers() {
 }
 
 #[test]
+fn a_batch_runs_inline_while_every_cpu_is_busy() {
+    // The default engine hands a batch to its helper only where a CPU is
+    // idle. With a spinning thread per CPU, none is: the batch must run on
+    // the caller's thread.
+    if std::fs::read_to_string("/proc/loadavg").is_err() {
+        println!("skipped: no /proc/loadavg, so the engine cannot see idle CPUs");
+        return;
+    }
+    let e = BatchEngine::new(
+        by_name("lz4").unwrap(),
+        EngineConfig {
+            workers: 2,
+            batch_size: 32,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..cpus {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let me = std::thread::current().id();
+        let threads = Mutex::new(std::collections::HashSet::new());
+        e.for_each(32, |_, _| {
+            threads.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(*threads.lock().unwrap(), [me].into_iter().collect());
+    });
+}
+
+#[test]
 fn a_batch_runs_inline_while_every_worker_has_a_caller() {
     // One caller is inside `for_each` (its one item blocks), so with two
     // workers a second caller's batch must not be handed to the helper: it
@@ -246,6 +292,7 @@ fn a_failing_page_does_not_fail_the_others() {
             EngineConfig {
                 workers,
                 batch_size: bs,
+                ..EngineConfig::default()
             },
         )
         .unwrap();

@@ -403,6 +403,7 @@ impl Zswap {
             EngineConfig {
                 workers: cfg.workers,
                 batch_size: cfg.batch_size,
+                ..EngineConfig::default()
             },
         )?;
         let dense = match &cfg.recompress {
@@ -422,6 +423,7 @@ impl Zswap {
                     EngineConfig {
                         workers: 1,
                         batch_size: 1,
+                        ..EngineConfig::default()
                     },
                 )?)
             }
