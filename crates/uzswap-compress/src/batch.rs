@@ -279,20 +279,65 @@ fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// `runnable`'s descriptor of `/proc/loadavg`, or one of these two.
+static FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(UNOPENED);
+const UNOPENED: i32 = -1;
+const GAVE_UP: i32 = -2;
+
 /// The system's runnable threads now, the caller included: the fourth
 /// field of `/proc/loadavg` ("R/T"), the kernel's `nr_running()`. `None`
 /// where it cannot be read (no procfs), and then every batch may spread.
+///
+/// The file stays open (a read is ~1 µs; opening it again each time, ~5).
+/// A program under `uzswap run` may close descriptors it did not open, and
+/// its next file may then get our number: a `pread` there never moves the
+/// program's offset (pipes and sockets refuse it), and text that does not
+/// parse as loadavg's makes us open the file once more. The old number is
+/// never closed: it is no longer ours. If a fresh descriptor does not
+/// parse either, the probe gives up for good rather than open files
+/// without end.
 fn runnable() -> Option<usize> {
-    use std::os::unix::fs::FileExt;
-    static LOADAVG: OnceLock<Option<std::fs::File>> = OnceLock::new();
-    let f = LOADAVG
-        .get_or_init(|| std::fs::File::open("/proc/loadavg").ok())
-        .as_ref()?;
+    for fresh in [false, true] {
+        let mut fd = FD.load(Ordering::Relaxed);
+        if fd == GAVE_UP {
+            return None;
+        }
+        if fd == UNOPENED || fresh {
+            // SAFETY: a NUL-terminated path; the flags ask for nothing else.
+            let new =
+                unsafe { libc::open(c"/proc/loadavg".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            if new < 0 {
+                break;
+            }
+            match FD.compare_exchange(fd, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => fd = new,
+                Err(theirs) => {
+                    // Another thread reopened first: use its descriptor.
+                    // SAFETY: `new` is ours alone, opened above.
+                    unsafe { libc::close(new) };
+                    fd = theirs;
+                }
+            }
+        }
+        if let Some(r) = read_runnable(fd) {
+            return Some(r);
+        }
+    }
+    FD.store(GAVE_UP, Ordering::Relaxed);
+    None
+}
+
+/// Parse loadavg's "L1 L5 L15 R/T PID" from `fd`, or `None`.
+fn read_runnable(fd: i32) -> Option<usize> {
     let mut buf = [0u8; 128];
-    let n = f.read_at(&mut buf, 0).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
-    let field = text.split_ascii_whitespace().nth(3)?;
-    field.split('/').next()?.parse().ok()
+    // SAFETY: `buf` is valid for writes of its length; `fd` may be anything
+    // (a bad descriptor is an error, not undefined behaviour).
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    let text = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
+    let f: Vec<&str> = text.split_ascii_whitespace().collect();
+    let (r, t) = f.get(3)?.split_once('/')?;
+    let loads_parse = f.len() == 5 && f[..3].iter().all(|l| l.parse::<f64>().is_ok());
+    (loads_parse && t.parse::<usize>().is_ok()).then(|| r.parse().ok())?
 }
 
 /// Idle contexts for callers' own threads (`with_ctx`, and the caller's
@@ -563,5 +608,55 @@ fn stop_helpers(shared: &Shared, helpers: &mut Vec<JoinHandle<()>>) {
 impl Drop for BatchEngine {
     fn drop(&mut self) {
         stop_helpers(&self.shared, &mut self.helpers);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn only_loadavg_text_counts_as_runnable_threads() {
+        let dir = std::env::temp_dir().join(format!("uzswap-loadavg-{}", std::process::id()));
+        std::fs::write(&dir, b"0.5 0.4 0.3 garbage\n").unwrap();
+        let junk = std::fs::File::open(&dir).unwrap();
+        assert_eq!(read_runnable(junk.as_raw_fd()), None);
+        let mut p = [0i32; 2];
+        // SAFETY: `p` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        // SAFETY: `p[1]` is our pipe's write end; the source has 12 bytes.
+        let wrote = unsafe { libc::write(p[1], b"1 1 1 3/9 7\n".as_ptr().cast(), 12) };
+        assert_eq!(wrote, 12);
+        assert_eq!(read_runnable(p[0]), None, "a pipe refuses pread");
+        let mut left = [0u8; 16];
+        // SAFETY: `left` is valid for 16 bytes; the pipe still holds ours.
+        let read = unsafe { libc::read(p[0], left.as_mut_ptr().cast(), 16) };
+        assert_eq!(read, 12, "the pipe's bytes are all still there");
+        assert_eq!(read_runnable(-1), None);
+        if std::fs::metadata("/proc/loadavg").is_err() {
+            println!("skipped the rest: no /proc/loadavg");
+            return;
+        }
+        let n = runnable().expect("loadavg parses");
+        assert!(n >= 1, "this thread runs");
+
+        // The program closes our descriptor and its next file takes the
+        // number: we open loadavg again and leave its file alone.
+        let ours = FD.load(Ordering::Relaxed);
+        // SAFETY: both are open descriptors; this replaces ours atomically.
+        assert_eq!(unsafe { libc::dup2(junk.as_raw_fd(), ours) }, ours);
+        assert!(runnable().is_some());
+        assert_ne!(FD.load(Ordering::Relaxed), ours);
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        let flags = unsafe { libc::fcntl(ours, libc::F_GETFD) };
+        assert!(flags >= 0, "not closed by us");
+        // SAFETY: `ours` now holds the test's copy of the junk file.
+        unsafe { libc::close(ours) };
+        for end in p {
+            // SAFETY: the pipe's two ends are ours.
+            unsafe { libc::close(end) };
+        }
+        let _ = std::fs::remove_file(&dir);
     }
 }
