@@ -310,6 +310,32 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A program that closes every descriptor from 3 up (a loop of `close`,
+/// `close_range`, `closefrom`) or `dup2`s onto each of them, as daemons and
+/// shells do, after its heap was evicted. Before the library kept its own
+/// descriptors out of reach, each of these closed the userfaultfd (or put
+/// another file at its number) and the program died of SIGSEGV reading its
+/// heap back. Both open paths, and signal mode.
+#[test]
+fn a_program_that_closes_every_descriptor_keeps_its_memory() {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-closers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = compile(cc, "closers", &["-O1"], &dir);
+    for extra in [&[][..], &["--user-mode"], &["--handler", "signal"]] {
+        for how in ["loop", "range", "from", "dup", "none"] {
+            let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
+            a.extend_from_slice(extra);
+            a.extend_from_slice(&["--", &bin, how, "64"]);
+            let what = format!("closers {how} {extra:?}");
+            assert_eq!(ok(&run(&[], &a), &what), "ok\n", "{what}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn what_cannot_run_gets_a_clear_message() {
     preload();

@@ -16,6 +16,8 @@
 //!   buffers they allocate, on that same path;
 //! - `signals`: in signal mode, SIGBUS stays uzswap's and unblocked;
 //! - `fork`: a child gets every byte its parent had;
+//! - `fds`: the program's closes and `dup2`s, kept off the library's own
+//!   descriptors;
 //! - `report`: the figures written at exit.
 //!
 //! Configuration comes from the environment `uzswap run` sets (`UZSWAP_*`,
@@ -30,6 +32,7 @@
 mod alloc;
 mod buffers;
 mod config;
+mod fds;
 mod fork;
 mod real;
 mod report;

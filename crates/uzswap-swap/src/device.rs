@@ -243,7 +243,7 @@ enum Backing {
 /// The local swap file as a [`WritebackTarget`]: `pread`/`pwritev` at the
 /// slot's offset, through an aligned bounce buffer with `O_DIRECT`.
 pub struct FileTarget {
-    file: Arc<File>,
+    file: Arc<crate::fds::Owned<File>>,
     direct_io: bool,
     #[cfg(any(test, feature = "failpoints"))]
     faults: parking_lot::Mutex<std::collections::VecDeque<(failpoints::IoOp, failpoints::Fault)>>,
@@ -579,7 +579,7 @@ impl SwapDevice {
         direct_io: bool,
         discard: bool,
     ) -> Self {
-        let file = Arc::new(file);
+        let file = Arc::new(crate::fds::Owned::new(file));
         let counters = Arc::new(Counters::default());
         let hook: Option<Box<dyn Fn(SlotRange) + Send + Sync>> = if discard {
             let (f, cnt) = (Arc::clone(&file), Arc::clone(&counters));

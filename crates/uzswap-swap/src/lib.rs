@@ -15,6 +15,9 @@
 //!   the local file (`FileTarget`, in `device`) or [`remote`]: the far tier
 //!   on Redis or Redis Cluster, every value versioned and checksummed.
 //!
+//! - [`fds`]: the library's own file descriptors, moved out of the way of
+//!   the program it runs in and shielded from its closes.
+//!
 //! The crate is the bottom layer: it knows nothing of zswap or regions.
 
 pub mod baseline;
@@ -22,6 +25,7 @@ mod bitmap;
 pub mod cluster;
 pub mod device;
 pub mod entry;
+pub mod fds;
 pub mod remote;
 pub mod slot_table;
 mod sync;

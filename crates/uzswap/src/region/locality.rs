@@ -143,7 +143,7 @@ impl Locality {
                     (fd >= 0).then(|| Handler {
                         cpu,
                         on_standby: AtomicBool::new(false),
-                        fd,
+                        fd: uzswap_swap::fds::own(fd),
                     })
                 })
                 .collect(),
@@ -339,6 +339,7 @@ fn wake(fd: i32) {
 
 impl Drop for Handler {
     fn drop(&mut self) {
+        uzswap_swap::fds::disown(self.fd);
         // SAFETY: the eventfd is ours; the handler threads have exited
         // (they hold the `Shared` whose `Locality` this lives in).
         unsafe { libc::close(self.fd) };

@@ -649,6 +649,13 @@ struct Shared {
     base_share: Option<u64>,
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The userfaultfd closes when its field drops, after this.
+        uzswap_swap::fds::disown(self.uffd.as_raw_fd());
+    }
+}
+
 impl Shared {
     fn usage(&self) -> u64 {
         self.resident.load(Relaxed) + self.zswap.pool_total_size() + self.own.bytes()
@@ -735,6 +742,7 @@ impl Drop for Owner {
         }
         // So the cache's own drop runs here, not in its shrinker thread.
         self.sh.zswap.stop_shrinker();
+        uzswap_swap::fds::disown(self.sh.stop_fd);
         // SAFETY: the eventfd is ours and every thread using it has exited.
         unsafe { libc::close(self.sh.stop_fd) };
     }
@@ -837,6 +845,7 @@ impl Uzswap {
                 std::io::Error::last_os_error()
             )));
         }
+        let stop_fd = uzswap_swap::fds::own(stop_fd);
         // The configured share, where there is one to adapt: a budget and
         // a swap device (as `open_zswap` limits the pool).
         let base_share = (cfg.adapt_pool_share && zswap.swap_device().is_some())

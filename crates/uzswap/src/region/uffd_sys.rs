@@ -91,6 +91,8 @@ pub fn open(
             Err(sys_err) => return Err(unavailable(&dev_err, &sys_err)),
         },
     };
+    // Out of the program's way (`fds`): `Shared`'s drop disowns it.
+    let fd = uzswap_swap::fds::own(fd);
     // SAFETY: `fd` is a freshly created descriptor that nothing else owns;
     // the Uffd takes ownership and closes it on drop.
     let uffd = unsafe { Uffd::from_raw_fd(fd) };

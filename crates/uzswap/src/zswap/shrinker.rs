@@ -54,6 +54,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use uzswap_swap::fds::Owned;
 
 /// A PSI event scans freeable >> PRESSURE_SHIFT entries.
 const PRESSURE_SHIFT: u32 = 2;
@@ -122,7 +123,7 @@ pub(super) struct Control {
     share_pending: AtomicBool,
     psi_active: AtomicBool,
     /// eventfd that wakes the PSI watcher for shutdown.
-    psi_wake: Mutex<Option<OwnedFd>>,
+    psi_wake: Mutex<Option<Owned<OwnedFd>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -425,8 +426,8 @@ fn shrinker_thread(weak: Weak<Zswap>, ctl: Arc<Control>) {
 
 /// An armed PSI trigger and the eventfd that stops its watcher.
 struct Psi {
-    trigger: OwnedFd,
-    wake: OwnedFd,
+    trigger: Owned<OwnedFd>,
+    wake: Owned<OwnedFd>,
 }
 
 impl Psi {
@@ -446,14 +447,17 @@ impl Psi {
             return Err(std::io::Error::last_os_error());
         }
         Ok(Psi {
-            trigger: f.into(),
+            trigger: Owned::new(f.into()),
             // SAFETY: `efd` is a fresh descriptor that nothing else owns.
-            wake: unsafe { OwnedFd::from_raw_fd(efd) },
+            wake: Owned::new(unsafe { OwnedFd::from_raw_fd(efd) }),
         })
     }
 
-    fn wake_fd(&self) -> Result<OwnedFd, ZswapError> {
-        self.wake.try_clone().map_err(ZswapError::Thread)
+    fn wake_fd(&self) -> Result<Owned<OwnedFd>, ZswapError> {
+        self.wake
+            .try_clone()
+            .map(Owned::new)
+            .map_err(ZswapError::Thread)
     }
 
     fn watch(self, ctl: &Control) {
