@@ -279,8 +279,10 @@ fn spin_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// `runnable`'s descriptor of `/proc/loadavg`, or one of these two.
+/// `runnable`'s descriptor of `/proc/loadavg`, or one of these two, and
+/// the (device, inode) it was opened on.
 static FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(UNOPENED);
+static FD_ID: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 const UNOPENED: i32 = -1;
 const GAVE_UP: i32 = -2;
 
@@ -290,29 +292,39 @@ const GAVE_UP: i32 = -2;
 ///
 /// The file stays open (a read is ~1 µs; opening it again each time, ~5).
 /// A program under `uzswap run` may close descriptors it did not open, and
-/// its next file may then get our number: a `pread` there never moves the
-/// program's offset (pipes and sockets refuse it), and text that does not
-/// parse as loadavg's makes us open the file once more. The old number is
-/// never closed: it is no longer ours. If a fresh descriptor does not
-/// parse either, the probe gives up for good rather than open files
-/// without end.
+/// its next file may then get our number. So the descriptor is read only
+/// while it still refers to the file we opened (`fstat`'s device and
+/// inode; a read of a program's eventfd or timerfd would consume its
+/// count), and is opened again otherwise. The old number is never closed:
+/// it is no longer ours. If a fresh descriptor does not give loadavg's
+/// text either, the probe gives up for good rather than open files without
+/// end.
 fn runnable() -> Option<usize> {
     for fresh in [false, true] {
-        let mut fd = FD.load(Ordering::Relaxed);
+        let mut fd = FD.load(Ordering::Acquire);
         if fd == GAVE_UP {
             return None;
         }
-        if fd == UNOPENED || fresh {
+        let ours = fd >= 0
+            && identity(fd)
+                == Some((
+                    FD_ID[0].load(Ordering::Relaxed),
+                    FD_ID[1].load(Ordering::Relaxed),
+                ));
+        if !ours || fresh {
             // SAFETY: a NUL-terminated path; the flags ask for nothing else.
             let new =
                 unsafe { libc::open(c"/proc/loadavg".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-            if new < 0 {
+            let Some((dev, ino)) = (new >= 0).then(|| identity(new)).flatten() else {
                 break;
-            }
-            match FD.compare_exchange(fd, new, Ordering::Relaxed, Ordering::Relaxed) {
+            };
+            FD_ID[0].store(dev, Ordering::Relaxed);
+            FD_ID[1].store(ino, Ordering::Relaxed);
+            // Racing threads each store the same identity (one file); the
+            // loser closes its own descriptor.
+            match FD.compare_exchange(fd, new, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => fd = new,
                 Err(theirs) => {
-                    // Another thread reopened first: use its descriptor.
                     // SAFETY: `new` is ours alone, opened above.
                     unsafe { libc::close(new) };
                     fd = theirs;
@@ -323,8 +335,16 @@ fn runnable() -> Option<usize> {
             return Some(r);
         }
     }
-    FD.store(GAVE_UP, Ordering::Relaxed);
+    FD.store(GAVE_UP, Ordering::Release);
     None
+}
+
+/// The (device, inode) `fd` refers to.
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: a zeroed stat is a valid buffer for fstat to fill.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is valid for writes; a bad `fd` is an error, not UB.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 /// Parse loadavg's "L1 L5 L15 R/T PID" from `fd`, or `None`.
@@ -334,10 +354,17 @@ fn read_runnable(fd: i32) -> Option<usize> {
     // (a bad descriptor is an error, not undefined behaviour).
     let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
     let text = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
-    let f: Vec<&str> = text.split_ascii_whitespace().collect();
-    let (r, t) = f.get(3)?.split_once('/')?;
-    let loads_parse = f.len() == 5 && f[..3].iter().all(|l| l.parse::<f64>().is_ok());
-    (loads_parse && t.parse::<usize>().is_ok()).then(|| r.parse().ok())?
+    let mut f = text.split_ascii_whitespace();
+    for _ in 0..3 {
+        f.next()?.parse::<f64>().ok()?;
+    }
+    let (r, t) = f.next()?.split_once('/')?;
+    t.parse::<usize>().ok()?;
+    f.next()?.parse::<u64>().ok()?;
+    if f.next().is_some() {
+        return None;
+    }
+    r.parse().ok()
 }
 
 /// Idle contexts for callers' own threads (`with_ctx`, and the caller's
@@ -641,18 +668,25 @@ mod tests {
         let n = runnable().expect("loadavg parses");
         assert!(n >= 1, "this thread runs");
 
-        // The program closes our descriptor and its next file takes the
-        // number: we open loadavg again and leave its file alone.
+        // The program closes our descriptor and its next file, an eventfd
+        // holding a count, takes the number: we open loadavg again, leave
+        // its file open and its count unread.
         let ours = FD.load(Ordering::Relaxed);
+        // SAFETY: eventfd takes no pointers.
+        let efd = unsafe { libc::eventfd(1, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(efd >= 0);
         // SAFETY: both are open descriptors; this replaces ours atomically.
-        assert_eq!(unsafe { libc::dup2(junk.as_raw_fd(), ours) }, ours);
+        assert_eq!(unsafe { libc::dup2(efd, ours) }, ours);
         assert!(runnable().is_some());
         assert_ne!(FD.load(Ordering::Relaxed), ours);
-        // SAFETY: F_GETFD only reads the descriptor's flags.
-        let flags = unsafe { libc::fcntl(ours, libc::F_GETFD) };
-        assert!(flags >= 0, "not closed by us");
-        // SAFETY: `ours` now holds the test's copy of the junk file.
+        let mut count = 0u64;
+        // SAFETY: reads 8 bytes into `count`, from the eventfd now at `ours`.
+        let r = unsafe { libc::read(ours, (&mut count as *mut u64).cast(), 8) };
+        assert_eq!((r, count), (8, 1), "the program's count is still there");
+        // SAFETY: both are the test's copies of the eventfd.
         unsafe { libc::close(ours) };
+        // SAFETY: as above.
+        unsafe { libc::close(efd) };
         for end in p {
             // SAFETY: the pipe's two ends are ours.
             unsafe { libc::close(end) };
