@@ -318,12 +318,9 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
 /// heap back. Both open paths, and signal mode.
 #[test]
 fn a_program_that_closes_every_descriptor_keeps_its_memory() {
-    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+    let Some((dir, bin)) = c_program("closers", &["-O1"]) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("uzswap-closers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = compile(cc, "closers", &["-O1"], &dir);
     for extra in [&[][..], &["--user-mode"], &["--handler", "signal"]] {
         for how in ["loop", "range", "from", "dup", "none"] {
             let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
@@ -413,6 +410,19 @@ fn cc() -> Option<&'static str> {
     ok.then_some("cc")
 }
 
+/// `tests/programs/NAME.c` compiled into a scratch directory of its own,
+/// or `None` (the test returns) where there is no C compiler or no
+/// userfaultfd.
+fn c_program(name: &str, flags: &[&str]) -> Option<(PathBuf, String)> {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return None;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = compile(cc, name, flags, &dir);
+    Some((dir, bin))
+}
+
 /// `tests/programs/NAME.c` compiled with `cc` and `flags` into `dir`; the
 /// binary's path.
 fn compile(cc: &str, name: &str, flags: &[&str], dir: &Path) -> String {
@@ -435,12 +445,9 @@ fn compile(cc: &str, name: &str, flags: &[&str], dir: &Path) -> String {
 /// jemalloc): both crashed programs before.
 #[test]
 fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
-    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+    let Some((dir, bin)) = c_program("alloc_edges", &["-O1"]) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("uzswap-alloc-edges-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = compile(cc, "alloc_edges", &["-O1"], &dir);
     let bin = bin.as_str();
     let args = ["--budget", "32M", "--stats", "/dev/null", "--", bin, "300"];
     assert_eq!(ok(&run(&[], &args), "alloc_edges"), "ok\n");
@@ -648,12 +655,9 @@ fn a_truncated_swap_file_under_a_running_program_is_sigbus() {
 /// faulted on it with SIGBUS blocked, and the kernel killed the program.
 #[test]
 fn program_threads_under_both_handler_modes() {
-    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+    let Some((dir, bin)) = c_program("threads", &["-O2", "-pthread"]) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("uzswap-threads-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = compile(cc, "threads", &["-O2", "-pthread"], &dir);
     let bin = bin.as_str();
     // 32 MiB of heap under 12 MiB, 4 threads.
     let prog = [bin, "32", "4", "20000"];
@@ -681,12 +685,9 @@ fn program_threads_under_both_handler_modes() {
 /// (and a thread blocking SIGBUS was killed by its first fault).
 #[test]
 fn a_program_that_owns_sigbus_and_blocks_signals() {
-    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+    let Some((dir, bin)) = c_program("signals", &["-O1", "-pthread"]) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("uzswap-signals-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = compile(cc, "signals", &["-O1", "-pthread"], &dir);
     let bin = bin.as_str();
     for extra in [&[][..], &["--handler", "signal"][..]] {
         let mut args = vec!["--budget", "8M", "--json"];
