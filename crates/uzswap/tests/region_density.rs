@@ -4,7 +4,8 @@
 //! equally hot (both read whole, once), one poor (about 3/4 random bytes)
 //! and one dense (1/8 random): under pressure the dense set goes first,
 //! though the poor one lies first in the hand's order (without the extra
-//! pass: poor chunks faulted back 22 times, dense ones 0).
+//! pass: poor chunks faulted back 22 times, dense ones 0). Which chunks
+//! went out is read with `mincore` once enough pressure has evicted some.
 
 use uzswap::region::{Advice, Config};
 
@@ -70,14 +71,30 @@ fn poorly_compressing_chunks_are_evicted_after_dense_ones() {
             }
         }
     }
-    // 3 MiB of fresh pages on top of the two sets' 4 MiB: with its high
-    // mark at about 6 MiB, the 8 MiB budget has the evictor take a few MiB
-    // of the three.
-    for i in 0..(3 << 20) / 4096 {
-        fill(page(&pressure, i), 1 << 40 | i as u64, 1024);
+    // Fresh pages on top of the two sets' 4 MiB, 512 KiB at a time, each
+    // step left to the evictor until it settles, until at least 8 of the
+    // sets' chunks are out (seen with mincore, which faults nothing in).
+    // Driven by what was evicted, not by time: on a loaded machine the
+    // evictor runs late and a fixed amount of pressure evicted too little.
+    let out_of =
+        |first: fn(usize) -> usize| (0..SET).filter(|&c| !resident(&r, first(c) * PER)).count();
+    let step = (512 << 10) / 4096;
+    let mut pressed = 0;
+    while out_of(poor) + out_of(dense) < 8 {
+        assert!(
+            pressed < (12 << 20) / 4096,
+            "12 MiB of pressure evicted too little to compare: {:?}",
+            uz.stats()
+        );
+        for i in pressed..pressed + step {
+            fill(page(&pressure, i), 1 << 40 | i as u64, 1024);
+        }
+        pressed += step;
+        settle(&uz);
     }
-    let faults_reading = |first: fn(usize) -> usize, random_bytes: usize| {
-        let before = uz.stats().pgmajfault;
+    let (poor_out, dense_out) = (out_of(poor), out_of(dense));
+    // Every page still reads back as written.
+    for (first, random_bytes) in [(poor as fn(usize) -> usize, 3072), (dense, 512)] {
         let mut want = vec![0u8; 4096];
         for c in 0..SET {
             for p in 0..PER {
@@ -86,17 +103,35 @@ fn poorly_compressing_chunks_are_evicted_after_dense_ones() {
                 assert_eq!(page(&r, i), &want[..], "page {i}");
             }
         }
-        uz.stats().pgmajfault - before
-    };
-    let dense_faults = faults_reading(dense, 512);
-    let poor_faults = faults_reading(poor, 3072);
-    let st = uz.stats();
+    }
     assert!(
-        dense_faults + poor_faults >= 8,
-        "the pressure evicted too little to compare: {st:?}"
+        poor_out * 2 <= dense_out,
+        "poor chunks evicted: {poor_out}, dense ones {dense_out}: {:?}",
+        uz.stats()
     );
-    assert!(
-        poor_faults * 2 <= dense_faults,
-        "poor chunks faulted {poor_faults} times, dense ones {dense_faults}: {st:?}"
-    );
+}
+
+/// Whether page `i` of `r` is mapped (`mincore`: no fault taken).
+fn resident(r: &uzswap::region::Region, i: usize) -> bool {
+    let mut v = 0u8;
+    // SAFETY: one page inside the live region; `v` receives one byte.
+    let rc = unsafe { libc::mincore(page(r, i).as_mut_ptr().cast(), 4096, &mut v) };
+    assert_eq!(rc, 0, "mincore");
+    v & 1 != 0
+}
+
+/// Wait until the evictor has brought usage under the high mark and
+/// evicted nothing more for 20 ms (at most 5 s).
+fn settle(uz: &uzswap::region::Uzswap) {
+    let t0 = std::time::Instant::now();
+    let mut last = uz.stats().evicted_chunks;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let st = uz.stats();
+        let quiet = st.evicted_chunks == last;
+        last = st.evicted_chunks;
+        if (quiet && st.resident_bytes <= st.high_wmark_bytes) || t0.elapsed().as_secs() >= 5 {
+            return;
+        }
+    }
 }
