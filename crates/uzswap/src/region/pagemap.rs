@@ -16,8 +16,10 @@ const BATCH: usize = 64 << 10;
 /// Open the process's pagemap. Separate from the scan so a caller can fail
 /// before it changes anything (registration opens first, registers, then
 /// scans).
-pub(super) fn open() -> std::io::Result<File> {
-    File::open("/proc/self/pagemap")
+pub(super) fn open() -> std::io::Result<uzswap_swap::fds::Owned<File>> {
+    // Shielded like the library's other descriptors: a program thread's
+    // close-everything would otherwise cut a registration's scan short.
+    File::open("/proc/self/pagemap").map(uzswap_swap::fds::Owned::new)
 }
 
 /// Call `f(chunk index, pages of it present or swapped, first page index
