@@ -184,7 +184,7 @@ struct Shared {
     wake: Condvar,
     /// Bumped (under the queue lock) on every publish; spinners watch it.
     submitted: AtomicU64,
-    /// `Queue::sleepers`, readable without the lock (for `cpu_idle`).
+    /// `Queue::sleepers`, readable without the lock (`helpers_would_help`).
     asleep: AtomicUsize,
     shutdown: AtomicBool,
 }

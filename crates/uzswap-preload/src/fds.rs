@@ -64,7 +64,8 @@ fn close_range_around(first: c_uint, last: c_uint, flags: c_int) -> c_int {
         }
         from = fd + 1;
     }
-    if n > 0 && from > last {
+    // Past `last` only where the range ended on one of ours.
+    if from > last {
         return 0;
     }
     raw(from, last)

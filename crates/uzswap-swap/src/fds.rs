@@ -9,19 +9,19 @@
 //! every evicted page then reads back as zeros; closing the swap file loses
 //! what was written back. So:
 //!
-//! - [`own`] moves a new descriptor of ours above `HIGH_BASE` (near the top
-//!   of the usual 1024 soft limit, clear of the small numbers shells and
-//!   daemons pick) and records it, with the identity (device, inode) of
-//!   what it refers to.
+//! - [`Owned`] (and [`eventfd`], which makes one) moves a new descriptor
+//!   of ours high (`high_base`: near the top of the usual 1024 soft limit,
+//!   clear of the small numbers shells and daemons pick) and records it,
+//!   with the identity (device, inode) of what it refers to.
 //! - [`is_owned`] answers the preload library's `close`, `close_range`,
 //!   `closefrom`, `dup2` and `dup3`, which leave our descriptors open (a
 //!   close of one fails with EBADF, as for any descriptor the program does
 //!   not have; a `dup2` onto one fails with EBUSY).
-//! - [`disown`] forgets one before we close it. A record we forgot would
-//!   not shield a program's regular file that later took the number (the
-//!   identity must match too), but every eventfd shares one anonymous
-//!   inode: for those the disown is what keeps the record honest, and every
-//!   close of ours is preceded by one (`Owned` does it on drop).
+//! - Dropping an `Owned` forgets the record, then closes the descriptor.
+//!   Every descriptor of ours is held in one, so none is closed while
+//!   still recorded: the identity alone would not do (every eventfd shares
+//!   one anonymous inode, so a program's eventfd that took a forgotten
+//!   record's number would look like ours).
 //!
 //! Locking: none. A fixed table of atomics; a slot is claimed by a CAS from
 //! `FREE` to `CLAIMING`, filled, then published with the descriptor's
@@ -65,7 +65,7 @@ fn identity(fd: RawFd) -> Option<(u64, u64)> {
 /// Take `fd` (a descriptor the library just made) as ours: move it high and
 /// record it. Returns the number to use from now on (`fd` itself where it
 /// could not be moved). The old number is closed.
-pub fn own(fd: RawFd) -> RawFd {
+fn own(fd: RawFd) -> RawFd {
     let fd = match high_base() {
         Some(base) if fd < base => {
             // SAFETY: F_DUPFD_CLOEXEC takes a lower bound; the result is
@@ -112,6 +112,16 @@ impl<T: AsRawFd + IntoRawFd + FromRawFd> Owned<T> {
     }
 }
 
+impl<T: AsRawFd + FromRawFd> FromRawFd for Owned<T> {
+    /// Straight from a raw descriptor, for types whose `into_raw_fd` cannot
+    /// be trusted (userfaultfd's `Uffd` closes the descriptor it returns).
+    unsafe fn from_raw_fd(fd: RawFd) -> Self {
+        // SAFETY: the caller hands over `fd`; `own` returns it, possibly
+        // moved to a new number, still owned by nothing else.
+        Owned(unsafe { T::from_raw_fd(own(fd)) })
+    }
+}
+
 impl<T: AsRawFd> std::ops::Deref for Owned<T> {
     type Target = T;
     fn deref(&self) -> &T {
@@ -132,8 +142,20 @@ impl<T: AsRawFd> Drop for Owned<T> {
     }
 }
 
+/// A close-on-exec eventfd of the library's (`flags` besides
+/// `EFD_CLOEXEC`, e.g. `EFD_NONBLOCK`).
+pub fn eventfd(flags: libc::c_int) -> std::io::Result<Owned<std::os::fd::OwnedFd>> {
+    // SAFETY: eventfd takes only an initial value and flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { Owned::from_raw_fd(fd) })
+}
+
 /// Forget `fd` before the library closes it.
-pub fn disown(fd: RawFd) {
+fn disown(fd: RawFd) {
     for slot in &FD {
         if slot.compare_exchange(fd, FREE, AcqRel, Relaxed).is_ok() {
             return;
@@ -175,43 +197,37 @@ pub fn owned_in(first: u32, last: u32) -> ([i32; SLOTS], usize) {
 mod tests {
     use super::*;
 
-    fn eventfd() -> RawFd {
-        // SAFETY: eventfd takes no pointers.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        assert!(fd >= 0);
-        fd
-    }
-
     #[test]
     fn owned_descriptors_move_high_and_are_known_by_identity() {
-        let low = eventfd();
-        let fd = own(low);
+        let e = eventfd(0).unwrap();
+        let fd = e.as_raw_fd();
         if let Some(base) = high_base() {
             assert!(fd >= base, "{fd} moved to at least {base}");
-            // SAFETY: F_GETFD only reads flags; `low` was closed by `own`.
-            assert!(unsafe { libc::fcntl(low, libc::F_GETFD) } < 0 || low == fd);
         }
         assert!(is_owned(fd));
         let (list, n) = owned_in(0, u32::MAX);
         assert!(list[..n].contains(&fd));
         let (_, none) = owned_in(0, 2);
         assert_eq!(none, 0);
+        // Dropped: forgotten, then closed.
+        drop(e);
+        assert!(!is_owned(fd));
+        // SAFETY: F_GETFD only reads flags.
+        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0, "closed");
 
-        // Another file takes the number behind our back: not ours. (Every
-        // eventfd shares one anonymous inode, so only a file of another
-        // identity shows this; ours are disowned before they close.)
+        // Another file takes the number of one of ours behind our back:
+        // not ours. (Every eventfd shares one anonymous inode, so only a
+        // file of another identity shows this.)
         let path = std::env::temp_dir().join(format!("uzswap-fds-{}", std::process::id()));
-        let other = std::fs::File::create(&path).unwrap();
+        let mine = Owned::new(std::fs::File::create(&path).unwrap());
+        let other = std::fs::File::open("/dev/null").unwrap();
+        let fd = mine.as_raw_fd();
+        assert!(is_owned(fd));
         // SAFETY: both are open; dup2 replaces `fd` with `other`'s file.
         assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), fd) }, fd);
         assert!(!is_owned(fd), "a different file at our number");
-        drop(other);
+        drop(mine);
         let _ = std::fs::remove_file(&path);
-
-        disown(fd);
-        assert!(!is_owned(fd));
-        // SAFETY: the copy dup2 made is ours to close.
-        unsafe { libc::close(fd) };
         assert!(!is_owned(-1));
     }
 }

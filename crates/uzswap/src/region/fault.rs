@@ -18,6 +18,7 @@ use crate::PAGE_SIZE;
 use parking_lot::RwLockReadGuard;
 use std::cell::RefCell;
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::*;
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -75,7 +76,7 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
                 loc.empty_wake(&mut miss);
             }
             if loc.should_stand_by(h, &mut miss) {
-                loc.standby(h, sh.stop_fd);
+                loc.standby(h, sh.stop_fd.as_raw_fd());
                 continue;
             }
             if let Some(d) = spin {
@@ -155,7 +156,7 @@ fn wait_readable(sh: &Shared) {
             revents: 0,
         },
         libc::pollfd {
-            fd: sh.stop_fd,
+            fd: sh.stop_fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         },

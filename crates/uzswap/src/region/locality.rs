@@ -41,6 +41,7 @@
 
 use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::*;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 
@@ -112,7 +113,7 @@ struct Handler {
     cpu: usize,
     on_standby: AtomicBool,
     /// Written to end this handler's standby early.
-    fd: i32,
+    fd: uzswap_swap::fds::Owned<std::os::fd::OwnedFd>,
 }
 
 pub(super) struct Locality {
@@ -138,12 +139,11 @@ impl Locality {
             Some(c) if c.len() > 1 && rseq_cpu_id().is_some() => c
                 .iter()
                 .map_while(|&cpu| {
-                    // SAFETY: eventfd takes only an initial value and flags.
-                    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-                    (fd >= 0).then(|| Handler {
+                    let fd = uzswap_swap::fds::eventfd(libc::EFD_NONBLOCK).ok()?;
+                    Some(Handler {
                         cpu,
                         on_standby: AtomicBool::new(false),
-                        fd: uzswap_swap::fds::own(fd),
+                        fd,
                     })
                 })
                 .collect(),
@@ -229,7 +229,7 @@ impl Locality {
                 self.remote.fetch_add(1, Relaxed);
                 if let Some(o) = self.handlers.iter().find(|o| o.cpu == c) {
                     if o.on_standby.load(Relaxed) {
-                        wake(o.fd);
+                        wake(o.fd.as_raw_fd());
                     }
                 }
             }
@@ -277,7 +277,7 @@ impl Locality {
         let me = &self.handlers[h];
         let mut fds = [
             libc::pollfd {
-                fd: me.fd,
+                fd: me.fd.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -294,7 +294,7 @@ impl Locality {
         let mut v = 0u64;
         // SAFETY: reads 8 bytes into `v` from our nonblocking eventfd (a
         // wake that lands after this only shortens the next standby).
-        let _ = unsafe { libc::read(me.fd, &mut v as *mut u64 as *mut _, 8) };
+        let _ = unsafe { libc::read(me.fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
     }
 
     pub(super) fn remote(&self) -> u64 {
@@ -335,15 +335,6 @@ fn wake(fd: i32) {
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from `one` to an eventfd of ours.
     let _ = unsafe { libc::write(fd, &one as *const u64 as *const _, 8) };
-}
-
-impl Drop for Handler {
-    fn drop(&mut self) {
-        uzswap_swap::fds::disown(self.fd);
-        // SAFETY: the eventfd is ours; the handler threads have exited
-        // (they hold the `Shared` whose `Locality` this lives in).
-        unsafe { libc::close(self.fd) };
-    }
 }
 
 #[cfg(test)]
@@ -454,18 +445,18 @@ mod tests {
         let mut m1 = 0;
         l.resolved(1, l.cpu_of(77), &mut m1);
         assert_eq!(m1, 1);
-        assert_eq!(read(l.handlers[0].fd), (8, 1));
+        assert_eq!(read(l.handlers[0].fd.as_raw_fd()), (8, 1));
         // Back from standby (here: its timeout; the stop descriptor never
         // becomes readable), handler 0 polls again.
         let stop = Locality::new(Some(&[0, 1]));
         let t0 = std::time::Instant::now();
-        l.standby(0, stop.handlers[0].fd);
+        l.standby(0, stop.handlers[0].fd.as_raw_fd());
         assert!(t0.elapsed() >= std::time::Duration::from_millis(STANDBY_MS as u64 - 1));
         assert_eq!(l.polling(), 2);
         assert!(!l.handlers[0].on_standby.load(Acquire));
         // A handler polling is not woken.
         l.resolved(1, l.cpu_of(77), &mut m1);
-        assert_eq!(read(l.handlers[0].fd).0, -1);
+        assert_eq!(read(l.handlers[0].fd.as_raw_fd()).0, -1);
     }
 
     #[test]

@@ -592,7 +592,7 @@ struct Shared {
     high: u64,
     low: u64,
     zswap: Arc<Zswap>,
-    uffd: Uffd,
+    uffd: uzswap_swap::fds::Owned<Uffd>,
     open_path: OpenPath,
     /// Region start address → region.
     regions: RwLock<BTreeMap<usize, Arc<RegionInner>>>,
@@ -626,7 +626,7 @@ struct Shared {
     futile_until: AtomicU64,
     epoch: Instant,
     stop: AtomicBool,
-    stop_fd: i32,
+    stop_fd: uzswap_swap::fds::Owned<std::os::fd::OwnedFd>,
     /// Which handler resolves faults taken on which CPU (`locality.rs`).
     locality: locality::Locality,
     ctr: Counters,
@@ -647,13 +647,6 @@ struct Shared {
     /// The configured pool share in bytes, when the evictor adapts it to
     /// the data's density (`share.rs`).
     base_share: Option<u64>,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // The userfaultfd closes when its field drops, after this.
-        uzswap_swap::fds::disown(self.uffd.as_raw_fd());
-    }
 }
 
 impl Shared {
@@ -731,7 +724,13 @@ impl Drop for Owner {
         self.sh.stop.store(true, SeqCst);
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from `one` to our eventfd.
-        let _ = unsafe { libc::write(self.sh.stop_fd, &one as *const u64 as *const _, 8) };
+        let _ = unsafe {
+            libc::write(
+                self.sh.stop_fd.as_raw_fd(),
+                &one as *const u64 as *const _,
+                8,
+            )
+        };
         {
             let mut k = self.sh.kick.lock();
             *k = true;
@@ -742,9 +741,6 @@ impl Drop for Owner {
         }
         // So the cache's own drop runs here, not in its shrinker thread.
         self.sh.zswap.stop_shrinker();
-        uzswap_swap::fds::disown(self.sh.stop_fd);
-        // SAFETY: the eventfd is ours and every thread using it has exited.
-        unsafe { libc::close(self.sh.stop_fd) };
     }
 }
 
@@ -837,15 +833,8 @@ impl Uzswap {
                 .saturating_sub(batch_bytes + evict::fault_margin(chunk, huge, evictors));
             (high, high.saturating_sub(batch_bytes))
         };
-        // SAFETY: eventfd takes only an initial value and flags.
-        let stop_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if stop_fd < 0 {
-            return Err(RegionError::Os(format!(
-                "eventfd: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        let stop_fd = uzswap_swap::fds::own(stop_fd);
+        let stop_fd = uzswap_swap::fds::eventfd(libc::EFD_NONBLOCK)
+            .map_err(|e| RegionError::Os(format!("eventfd: {e}")))?;
         // The configured share, where there is one to adapt: a budget and
         // a swap device (as `open_zswap` limits the pool).
         let base_share = (cfg.adapt_pool_share && zswap.swap_device().is_some())

@@ -10,8 +10,9 @@
 
 use super::RegionError;
 use crate::PAGE_SIZE;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use userfaultfd::Uffd;
+use uzswap_swap::fds::Owned;
 
 const UFFD_API: u64 = 0xAA;
 /// `_IOWR(0xAA, 0x3F, struct uffdio_api)`.
@@ -77,7 +78,7 @@ pub enum OpenPath {
 pub fn open(
     sigbus: Option<bool>,
     user_mode_only: bool,
-) -> Result<(Uffd, OpenPath, bool), RegionError> {
+) -> Result<(Owned<Uffd>, OpenPath, bool), RegionError> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
     let dev = if user_mode_only {
         Err("not tried (user mode only asked for)".to_string())
@@ -91,11 +92,12 @@ pub fn open(
             Err(sys_err) => return Err(unavailable(&dev_err, &sys_err)),
         },
     };
-    // Out of the program's way (`fds`): `Shared`'s drop disowns it.
-    let fd = uzswap_swap::fds::own(fd);
     // SAFETY: `fd` is a freshly created descriptor that nothing else owns;
-    // the Uffd takes ownership and closes it on drop.
-    let uffd = unsafe { Uffd::from_raw_fd(fd) };
+    // the Uffd takes ownership and closes it on drop, out of the program's
+    // way until then (`fds`). Not `Owned::new(Uffd)`: the crate's
+    // `Uffd::into_raw_fd` closes the descriptor it returns.
+    let uffd: Owned<Uffd> = unsafe { Owned::from_raw_fd(fd) };
+    let fd = uffd.as_raw_fd();
     let sigbus = sigbus.unwrap_or(path == OpenPath::SyscallUserMode);
     // Handler threads learn which thread took each fault (`locality.rs`).
     let want = if sigbus {

@@ -49,7 +49,7 @@ use super::writeback::{WalkMode, WalkResult};
 use super::{Zswap, ZswapError};
 use crate::PAGE_SIZE;
 use parking_lot::{Condvar, Mutex};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -441,15 +441,9 @@ impl Psi {
             .open("/proc/pressure/memory")?;
         // The kernel parses the trigger from one write, NUL-terminated.
         f.write_all(format!("{trigger}\0").as_bytes())?;
-        // SAFETY: eventfd takes no pointers; the result is checked.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         Ok(Psi {
             trigger: Owned::new(f.into()),
-            // SAFETY: `efd` is a fresh descriptor that nothing else owns.
-            wake: Owned::new(unsafe { OwnedFd::from_raw_fd(efd) }),
+            wake: uzswap_swap::fds::eventfd(0)?,
         })
     }
 
