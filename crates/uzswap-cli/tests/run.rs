@@ -315,19 +315,28 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
 /// shells do, after its heap was evicted. Before the library kept its own
 /// descriptors out of reach, each of these closed the userfaultfd (or put
 /// another file at its number) and the program died of SIGSEGV reading its
-/// heap back. Both open paths, and signal mode.
+/// heap back. Both open paths, signal mode, and a real unprivileged user.
 #[test]
 fn a_program_that_closes_every_descriptor_keeps_its_memory() {
     let Some((dir, bin)) = c_program("closers", &["-O1"]) else {
         return;
     };
-    for extra in [&[][..], &["--user-mode"], &["--handler", "signal"]] {
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    let mut cases: Vec<(&[&str], &[&str])> = vec![
+        (&[], &[]),
+        (&[], &["--user-mode"]),
+        (&[], &["--handler", "signal"]),
+    ];
+    if let Some(pre) = &user {
+        cases.push((&pre[..], &[]));
+    }
+    for (pre, extra) in cases {
         for how in ["loop", "range", "from", "dup", "none"] {
             let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
             a.extend_from_slice(extra);
             a.extend_from_slice(&["--", &bin, how, "64"]);
-            let what = format!("closers {how} {extra:?}");
-            assert_eq!(ok(&run(&[], &a), &what), "ok\n", "{what}");
+            let what = format!("closers {how} {pre:?} {extra:?}");
+            assert_eq!(ok(&run(pre, &a), &what), "ok\n", "{what}");
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
