@@ -151,6 +151,24 @@ fn system_calls_fork_and_mappings_on_evicted_memory() {
     }
 }
 
+/// A command prefix (running as another user) and the runner's flags.
+type OpenPath<'a> = (&'a [&'static str], &'static [&'static str]);
+
+/// Each way the library can open the userfaultfd and serve faults: through
+/// the device, in user mode only, in signal mode, and as `user` (a real
+/// unprivileged user) where there is one.
+fn every_open_path<'a>(user: &'a Option<[&'static str; 9]>) -> Vec<OpenPath<'a>> {
+    let mut v: Vec<OpenPath<'a>> = vec![
+        (&[], &[]),
+        (&[], &["--user-mode"]),
+        (&[], &["--handler", "signal"]),
+    ];
+    if let Some(pre) = user {
+        v.push((&pre[..], &[]));
+    }
+    v
+}
+
 /// The test user (made here, without access to /dev/userfaultfd) and the
 /// command prefix that runs as it, or None with the reason printed. Every
 /// path in `reach` must be reachable by other users.
@@ -273,18 +291,7 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
     let want_sorted = lines.join("\n") + "\n";
     let input = input.to_str().unwrap().to_string();
     let user = unprivileged_user(&[bin.clone(), kbin.clone()]);
-    let cases: Vec<(&[&str], &[&str])> = {
-        let mut v: Vec<(&[&str], &[&str])> = vec![
-            (&[], &[]),
-            (&[], &["--user-mode"]),
-            (&[], &["--handler", "signal"]),
-        ];
-        if let Some(pre) = &user {
-            v.push((&pre[..], &[]));
-        }
-        v
-    };
-    for (pre, extra) in cases {
+    for (pre, extra) in every_open_path(&user) {
         let what = format!("{pre:?} {extra:?}");
         let work = dir.join("work");
         std::fs::create_dir_all(&work).unwrap();
@@ -322,15 +329,7 @@ fn a_program_that_closes_every_descriptor_keeps_its_memory() {
         return;
     };
     let user = unprivileged_user(std::slice::from_ref(&bin));
-    let mut cases: Vec<(&[&str], &[&str])> = vec![
-        (&[], &[]),
-        (&[], &["--user-mode"]),
-        (&[], &["--handler", "signal"]),
-    ];
-    if let Some(pre) = &user {
-        cases.push((&pre[..], &[]));
-    }
-    for (pre, extra) in cases {
+    for (pre, extra) in every_open_path(&user) {
         for how in ["loop", "range", "from", "dup", "none"] {
             let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
             a.extend_from_slice(extra);
