@@ -997,7 +997,8 @@ impl Uzswap {
         let mut mapped = sh.mapped.lock();
         let total = *mapped + len as u64;
         if !sh.cfg.defer_register || total > sh.cfg.budget {
-            if let Err(e) = register(sh, &inner) {
+            // Nobody has this range's address yet: it holds no page.
+            if let Err(e) = register(sh, &inner, Fresh::Yes) {
                 // SAFETY: unmapping the region we mapped; nothing else uses it.
                 unsafe { libc::munmap(base as *mut _, len) };
                 return Err(e);
@@ -1006,7 +1007,7 @@ impl Uzswap {
             // does not, so from now on eviction may need any of them.
             for r in sh.snapshot_regions() {
                 if !r.registered.load(Acquire) {
-                    if let Err(e) = register(sh, &r) {
+                    if let Err(e) = register(sh, &r, Fresh::No) {
                         let _ = sh.uffd.unregister(base as *mut _, len);
                         // SAFETY: as above.
                         unsafe { libc::munmap(base as *mut _, len) };
@@ -1059,6 +1060,13 @@ pub fn min_budget(cfg: &Config) -> u64 {
     evict::fault_margin(chunk, cfg.zswap.huge_arenas, evictors) + 2 * chunk as u64
 }
 
+/// Whether a region being registered was mapped just now (`register`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fresh {
+    Yes,
+    No,
+}
+
 /// Register `r` with the userfaultfd and take charge of the pages it has
 /// already (see `Config::defer_register`). Called with `Shared::mapped` held.
 ///
@@ -1070,11 +1078,22 @@ pub fn min_budget(cfg: &Config) -> u64 {
 /// fault that raises has the handler zero-fill the holes (pages already
 /// there answer EEXIST and are kept), so RESIDENT keeps meaning "every page
 /// mapped" and the evictor never faults on a hole while it reads a chunk.
-fn register(sh: &Shared, r: &RegionInner) -> Result<(), RegionError> {
+///
+/// A `Fresh` region (registered as it is mapped, before its address is
+/// handed out) has no page to take charge of, and its scan is skipped: the
+/// pagemap of a reservation of gigabytes is megabytes of holes to read
+/// (about 8 ms per 4 GiB), paid by every program start and every `exec`
+/// under the runner.
+fn register(sh: &Shared, r: &RegionInner, fresh: Fresh) -> Result<(), RegionError> {
     // Opened before anything changes: once the range is registered, a
     // failure here would leave pages nobody charged.
-    let pagemap =
-        pagemap::open().map_err(|e| RegionError::Os(format!("opening /proc/self/pagemap: {e}")))?;
+    let pagemap = match fresh {
+        Fresh::Yes => None,
+        Fresh::No => Some(
+            pagemap::open()
+                .map_err(|e| RegionError::Os(format!("opening /proc/self/pagemap: {e}")))?,
+        ),
+    };
     // SAFETY: madvise on the region's own mapping only changes its flags.
     // Faults are resolved by whole chunks of 4 KiB pages from now on;
     // khugepaged collapsing them would only copy memory behind our back.
@@ -1098,6 +1117,9 @@ fn register(sh: &Shared, r: &RegionInner) -> Result<(), RegionError> {
         )));
     }
     r.registered.store(true, Release);
+    let Some(pagemap) = pagemap else {
+        return Ok(());
+    };
     let per = sh.chunk / PAGE_SIZE;
     let mut holes = Vec::new();
     let mut charged = 0u64;
@@ -1337,7 +1359,7 @@ fn advise_in(
             {
                 let _mapped = sh.mapped.lock();
                 if !r.registered.load(Acquire) {
-                    register(sh, r)?;
+                    register(sh, r, Fresh::No)?;
                 }
             }
             evict::page_out(sh, r, chunks);
