@@ -7,9 +7,11 @@
 //! in *chunks* of one folio (`PAGE_SIZE << folio_order`, aligned within the
 //! region): a fault installs its whole chunk with one `UFFDIO_COPY`, and the
 //! evictor stores whole chunks with one `store_folio`. A fault on
-//! never-touched memory zero-fills every untouched chunk of the aligned
-//! `zero_fill_around` window (2 MiB) at once while the budget has room, so
-//! first touches cost one round trip per window, not per chunk.
+//! never-touched memory zero-fills untouched chunks of the aligned
+//! `zero_fill_around` window (2 MiB) at once while the budget has room, as
+//! many as the run of touched chunks beside it (a readahead ramp: one for
+//! an isolated touch, doubling along a run), so a run of first touches
+//! costs one round trip per window, not per chunk.
 //!
 //! # Per-chunk state machine (`chunk.rs`; one `AtomicU32` per chunk)
 //!
@@ -247,9 +249,10 @@ pub struct Config {
     /// device read, where it was written back) and charge, and eviction
     /// one page's zap or store, not a chunk's.
     pub partial_faults: bool,
-    /// A fault on never-touched memory zero-fills the untouched chunks of
-    /// the aligned window of this many bytes around it (while under the
-    /// high watermark) with one copy. 0: just the chunk.
+    /// A fault on never-touched memory zero-fills untouched chunks of the
+    /// aligned window of this many bytes around it (while under the high
+    /// watermark) with one copy: as many as the run of touched chunks
+    /// beside it, so a run ramps up to the whole window. 0: just the chunk.
     pub zero_fill_around: usize,
     /// Where the coldest compressed pages go when the pool outgrows its
     /// share of the budget. `None`: no writeback, the pool stays in memory
