@@ -380,11 +380,15 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(sig) = status.signal() {
         if sig == libc::SIGBUS {
             // The library's own line (above, from the process) says which
-            // page and why; this one says what it did to the program.
+            // page and why when one could not be read back; without it, the
+            // SIGBUS was a fault uzswap never saw (raised while the thread
+            // had SIGBUS blocked, in signal mode) or the program's own.
             eprintln!(
                 "uzswap run: {} was killed by SIGBUS: memory it touched could not be read \
-                 back (the writeback target failed or lost it), so it was stopped rather \
-                 than given wrong data",
+                 back (the writeback target failed or lost it; the line above says which \
+                 page), so it was stopped rather than given wrong data, or, with no such \
+                 line, a fault came while SIGBUS was blocked in signal mode (`--handler \
+                 block` serves those) or the SIGBUS was the program's own",
                 prog.display()
             );
         }

@@ -341,6 +341,31 @@ fn a_program_that_closes_every_descriptor_keeps_its_memory() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A new thread reads the global locale's data before the thread library
+/// unblocks its signals; where that data was evicted, a signal-mode fault
+/// there was a SIGBUS raised while blocked, and the kernel killed the
+/// program (rc 135; GNU sort over a large file as an unprivileged user).
+#[test]
+fn threads_started_after_the_locale_was_evicted_run() {
+    let Some((dir, bin)) = c_program("locale_threads", &["-O1", "-pthread"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
+        let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--", &bin, "64", "8"]);
+        let what = format!("locale_threads {pre:?} {extra:?}");
+        let out = ok(&run(pre, &a), &what);
+        if out == "no-locale\n" {
+            eprintln!("skipping: no C.UTF-8 locale installed ({what})");
+            continue;
+        }
+        assert_eq!(out, "ok\n", "{what}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn what_cannot_run_gets_a_clear_message() {
     preload();

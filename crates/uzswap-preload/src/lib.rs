@@ -168,6 +168,29 @@ pub unsafe extern "C" fn pthread_create(
     rc
 }
 
+/// The global locale's data comes from glibc's heap, never from region
+/// memory: a new thread reads it (`__ctype_init`) before the thread library
+/// unblocks signals in it, and in signal mode a fault there is a SIGBUS
+/// raised while blocked, which the kernel answers by killing the process.
+/// Any threaded program that set its locale, had that data evicted, and
+/// then started a thread died so: GNU sort over a large file, as an
+/// unprivileged user. The data is a few kilobytes per locale set.
+///
+/// # Safety
+/// As setlocale(3).
+#[no_mangle]
+pub unsafe extern "C" fn setlocale(
+    category: libc::c_int,
+    locale: *const libc::c_char,
+) -> *mut libc::c_char {
+    let Some(real) = real::setlocale() else {
+        return std::ptr::null_mut();
+    };
+    let _g = Internal::enter();
+    // SAFETY: the caller's arguments, passed on unchanged.
+    unsafe { real(category, locale) }
+}
+
 /// A program thread's first frame: registered with the instance
 /// (`Uzswap::register_thread`), so that its faults are resolved by the
 /// handler of the CPU it runs on, until it exits (`LOCALITY_KEY`'s

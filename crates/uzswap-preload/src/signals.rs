@@ -14,8 +14,11 @@
 //!
 //! Where uzswap's handler is not installed (block mode, or before it is)
 //! every call goes straight to libc. Calls made internally by glibc
-//! (`posix_spawn`'s child, which blocks everything before it `exec`s) are
-//! not seen; they touch no region memory while SIGBUS is blocked.
+//! (`posix_spawn`'s child, which blocks everything before it `exec`s, and
+//! `pthread_create`, whose new thread starts with every signal blocked) are
+//! not seen. What they touch while SIGBUS is blocked must not be region
+//! memory: a new thread reads the global locale's data before it unblocks,
+//! so `setlocale` allocates that data from glibc (`crate::setlocale`).
 
 use crate::real;
 use libc::{c_int, sigset_t};
