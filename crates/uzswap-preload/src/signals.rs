@@ -10,7 +10,11 @@
 //! - masks the program blocks (`sigprocmask`, `pthread_sigmask`, a
 //!   handler's `sa_mask`) leave SIGBUS out: the kernel ends a process whose
 //!   fault raises a SIGBUS that is blocked, and servers commonly block every
-//!   signal in their worker threads.
+//!   signal in their worker threads;
+//! - so do the masks a wait applies while it waits (`sigsuspend`, and
+//!   `pselect`, `ppoll` and `epoll_pwait` in `buffers`): a handler that
+//!   runs during the wait runs under that mask, and "everything but the one
+//!   signal waited for" is the usual one.
 //!
 //! Where uzswap's handler is not installed (block mode, or before it is)
 //! every call goes straight to libc. Calls made internally by glibc
@@ -148,6 +152,36 @@ unsafe fn applied(
     // SAFETY: the caller's set.
     *copy = unsafe { without_sigbus(how, set) };
     copy.as_ref().map_or(set, |s| s as *const sigset_t)
+}
+
+/// The mask a wait applies while it waits (`sigsuspend`, `pselect`,
+/// `ppoll`, `epoll_pwait`): `set`, or its copy in `copy` without SIGBUS.
+///
+/// # Safety
+/// `set` is null or a valid signal set.
+pub(crate) unsafe fn wait_mask(
+    set: *const sigset_t,
+    copy: &mut Option<sigset_t>,
+) -> *const sigset_t {
+    // SAFETY: the caller's set.
+    unsafe { applied(libc::SIG_SETMASK, set, copy) }
+}
+
+/// # Safety
+/// As sigsuspend(2).
+#[no_mangle]
+pub unsafe extern "C" fn sigsuspend(set: *const sigset_t) -> c_int {
+    let mut copy = None;
+    // SAFETY: the caller's set.
+    let set = unsafe { wait_mask(set, &mut copy) };
+    match real::sigsuspend() {
+        // SAFETY: the caller's set, maybe without SIGBUS.
+        Some(f) => unsafe { f(set) },
+        None => {
+            crate::set_errno(libc::ENOSYS);
+            -1
+        }
+    }
 }
 
 /// # Safety

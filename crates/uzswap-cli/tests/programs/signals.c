@@ -11,9 +11,11 @@
  * evicted heap (a fault inside it); sysv_signal does not take SIGBUS from
  * uzswap either; a worker thread that
  * blocks every signal, and then the main thread likewise, read every byte
- * of a heap of MIB MiB (evicted by then) and find what was written. A
- * fault delivered to the program's handler ends the program with status
- * 3. Prints "ok". */
+ * of a heap of MIB MiB (evicted by then) and find what was written; and
+ * a SIGUSR1 handler reads the heap while the mask that `sigsuspend` and
+ * `pselect` apply for their wait blocks every other signal. A fault
+ * delivered to the program's handler ends the program with status 3.
+ * Prints "ok". */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
@@ -61,6 +63,14 @@ static size_t check(void) {
         for (size_t i = 0; i < BLOCK / 8; i += 7)
             bad += blocks[b][i] != (mix(b * BLOCK + i) & 0xffff);
     return bad;
+}
+
+static volatile uint64_t seen_in_usr1;
+
+static void on_usr1(int sig) {
+    (void)sig;
+    for (size_t b = 0; b < nblocks; b += 16)
+        seen_in_usr1 += blocks[b][1];
 }
 
 static void *worker(void *arg) {
@@ -130,6 +140,32 @@ int main(int argc, char **argv) {
     size_t bad_main = check();
     if (bad || bad_main) {
         printf("%zu words differ in the worker, %zu in main\n", (size_t)bad, bad_main);
+        return 1;
+    }
+    /* Waits whose mask blocks everything but SIGUSR1: its handler runs
+     * under that mask and reads the heap (evicted again by the check). */
+    struct sigaction su;
+    memset(&su, 0, sizeof su);
+    su.sa_handler = on_usr1;
+    sigfillset(&su.sa_mask);
+    if (sigaction(SIGUSR1, &su, NULL) != 0) {
+        perror("sigaction SIGUSR1");
+        return 1;
+    }
+    sigset_t but_usr1;
+    sigfillset(&but_usr1);
+    sigdelset(&but_usr1, SIGUSR1);
+    raise(SIGUSR1);
+    sigsuspend(&but_usr1);
+    uint64_t after_suspend = seen_in_usr1;
+    for (size_t b = 0; b < nblocks; b++)
+        blocks[b][2] ^= 1;
+    raise(SIGUSR1);
+    struct timespec zero = {0, 0};
+    pselect(0, NULL, NULL, NULL, &zero, &but_usr1);
+    if (after_suspend == 0 || seen_in_usr1 == after_suspend) {
+        printf("SIGUSR1's handler read %llu, then %llu\n", (unsigned long long)after_suspend,
+               (unsigned long long)seen_in_usr1);
         return 1;
     }
     printf("ok\n");
