@@ -366,6 +366,28 @@ fn threads_started_after_the_locale_was_evicted_run() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Coroutines on stacks carved from the heap read a heap larger than the
+/// budget. In signal mode each fault's SIGBUS frame went on the coroutine's
+/// stack, region memory: where the page below the stack pointer was out,
+/// the kernel could not write it and killed the program (rc 135). The
+/// program's own `sigaltstack` reads back as it set it and is used.
+#[test]
+fn coroutines_on_heap_stacks_fault_and_run() {
+    let Some((dir, bin)) = c_program("coroutine", &["-O1"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
+        let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--", &bin, "64", "4"]);
+        let what = format!("coroutine {pre:?} {extra:?}");
+        let out = ok(&run(pre, &a), &what);
+        assert!(out.starts_with("ok "), "{what}: {out}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn what_cannot_run_gets_a_clear_message() {
     preload();

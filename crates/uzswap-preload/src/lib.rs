@@ -199,7 +199,37 @@ extern "C" fn program_thread(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: the box made by `pthread_create`, handed to exactly this thread.
     let (start, arg) = *unsafe { Box::from_raw(p as *mut (real::StartFn, usize)) };
     register_thread();
+    alt_stack_for_thread();
     start(arg as *mut libc::c_void)
+}
+
+/// Key whose destructor takes back a program thread's alternate signal
+/// stack as it exits (`signals::take_alt_stack`). None: not made, and
+/// threads get none.
+static ALT_STACK_KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
+
+extern "C" fn alt_stack_gone(_: *mut libc::c_void) {
+    signals::take_alt_stack();
+}
+
+/// Give the calling program thread an alternate signal stack of uzswap's
+/// (signal mode only; `signals::give_alt_stack`), taken back at its exit.
+fn alt_stack_for_thread() {
+    if active().is_none() || !uzswap::region::sigbus_installed() {
+        return;
+    }
+    let _g = Internal::enter();
+    let key = *ALT_STACK_KEY.get_or_init(|| {
+        let mut k: libc::pthread_key_t = 0;
+        // SAFETY: `k` is a valid out pointer; the destructor is a plain fn.
+        let rc = unsafe { libc::pthread_key_create(&mut k, Some(alt_stack_gone)) };
+        (rc == 0).then_some(k)
+    });
+    let Some(key) = key else { return };
+    signals::give_alt_stack();
+    // Any non-null value: the destructor runs only for those.
+    // SAFETY: `key` was made above.
+    unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
 }
 
 /// Key whose destructor unregisters a registered thread as it exits (by
@@ -260,6 +290,9 @@ extern "C" fn init() {
     alloc::configure_glibc();
     uzswap::compress::thread_hook::set(uzswap_thread_started);
     uzswap::compress::thread_hook::set_scope(uzswap_thread_started, uzswap_scope_left);
+    // Program threads get alternate stacks of ours for the SIGBUS handler
+    // (signal mode; `alt_stack_for_thread`).
+    uzswap::region::use_alt_stacks();
     let uz = match Uzswap::new(cfg.uzswap()) {
         Ok(uz) => uz,
         Err(e) => die(&format!("cannot start: {e}")),
@@ -280,6 +313,7 @@ extern "C" fn init() {
     // The main thread is the program's once initialisation is over.
     drop(_g);
     register_thread();
+    alt_stack_for_thread();
 }
 
 fn die(msg: &str) -> ! {

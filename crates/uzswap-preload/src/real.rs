@@ -134,6 +134,7 @@ type File = *mut libc::FILE;
 real_fns! {
     setlocale: unsafe extern "C" fn(c_int, Str) -> *mut c_char;
     sigsuspend: unsafe extern "C" fn(*const libc::sigset_t) -> c_int;
+    sigaltstack: unsafe extern "C" fn(*const libc::stack_t, *mut libc::stack_t) -> c_int;
     pthread_create: unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> i32;
     read: unsafe extern "C" fn(i32, *mut libc::c_void, usize) -> Ssize;
     write: unsafe extern "C" fn(i32, *const libc::c_void, usize) -> Ssize;

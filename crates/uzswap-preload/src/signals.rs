@@ -11,6 +11,12 @@
 //!   handler's `sa_mask`) leave SIGBUS out: the kernel ends a process whose
 //!   fault raises a SIGBUS that is blocked, and servers commonly block every
 //!   signal in their worker threads;
+//! - the SIGBUS handler runs on an alternate stack of uzswap's in every
+//!   program thread (`uzswap::region::use_alt_stacks`): a fault taken on a
+//!   stack the program carved from its heap (a coroutine's) could not have
+//!   its frame written there. The program's `sigaltstack` is kept apart
+//!   (`sigaltstack` below): it sees and sets its own, and its handlers run
+//!   on ours, which is larger than any it would set;
 //! - so do the masks a wait applies while it waits (`sigsuspend`, and
 //!   `pselect`, `ppoll` and `epoll_pwait` in `buffers`): a handler that
 //!   runs during the wait runs under that mask, and "everything but the one
@@ -221,4 +227,119 @@ pub unsafe extern "C" fn pthread_sigmask(
         Some(f) => unsafe { f(how, set, old) },
         None => libc::ENOSYS,
     }
+}
+
+/// Linux's `SS_AUTODISARM` (`<asm/signal.h>`; the libc crate lacks it).
+const SS_AUTODISARM: c_int = 1 << 31;
+
+/// The program thread's alternate signal stacks: uzswap's (mapped by
+/// `give_alt_stack`, the one the kernel uses) and the one the program
+/// believes it set (`sigaltstack`).
+struct AltStacks {
+    /// uzswap's mapping (base, length); zero length: none on this thread.
+    ours: std::cell::Cell<(usize, usize)>,
+    /// The program's stack: (sp, size, flags); `SS_DISABLE` when unset.
+    program: std::cell::Cell<(usize, usize, c_int)>,
+}
+
+thread_local! {
+    static ALT: AltStacks = const {
+        AltStacks {
+            ours: std::cell::Cell::new((0, 0)),
+            program: std::cell::Cell::new((0, 0, libc::SS_DISABLE)),
+        }
+    };
+}
+
+/// Give the calling program thread an alternate stack of uzswap's, where
+/// SIGBUS is uzswap's; the key's destructor takes it back as the thread
+/// exits (`take_alt_stack`).
+pub(crate) fn give_alt_stack() {
+    if !uzswap::region::sigbus_installed() || ALT.with(|a| a.ours.get().1 != 0) {
+        return;
+    }
+    // What the thread had (a program linked with Rust's runtime sets one up
+    // before main) becomes the program's own.
+    // SAFETY: zeroed is a valid stack_t (null, disabled flags aside).
+    let mut had: libc::stack_t = unsafe { std::mem::zeroed() };
+    if let Some(f) = real::sigaltstack() {
+        // SAFETY: a query into our own stack_t.
+        let queried = unsafe { f(std::ptr::null(), &mut had) } == 0;
+        if queried && had.ss_flags & libc::SS_DISABLE == 0 {
+            ALT.with(|a| a.program.set((had.ss_sp as usize, had.ss_size, 0)));
+        }
+    }
+    match uzswap::region::alt_stack() {
+        Ok(m) => ALT.with(|a| a.ours.set(m)),
+        Err(e) => {
+            let line = format!("uzswap: no alternate signal stack for a thread: {e}\n");
+            // SAFETY: our own buffer to stderr.
+            unsafe { libc::write(2, line.as_ptr() as *const _, line.len()) };
+        }
+    }
+}
+
+/// Take back the calling thread's stack of uzswap's (thread exit).
+pub(crate) fn take_alt_stack() {
+    let Ok((base, len)) = ALT.try_with(|a| a.ours.replace((0, 0))) else {
+        return;
+    };
+    if len != 0 {
+        uzswap::region::drop_alt_stack(base, len);
+    }
+}
+
+/// # Safety
+/// As sigaltstack(2).
+#[no_mangle]
+pub unsafe extern "C" fn sigaltstack(ss: *const libc::stack_t, old: *mut libc::stack_t) -> c_int {
+    let Some(f) = real::sigaltstack() else {
+        crate::set_errno(libc::ENOSYS);
+        return -1;
+    };
+    let ours = ALT.try_with(|a| a.ours.get().1 != 0).unwrap_or(false);
+    if !ours {
+        // SAFETY: the caller's arguments.
+        return unsafe { f(ss, old) };
+    }
+    // Whether the thread runs on an alternate stack now (ours, where the
+    // program's handlers run): the kernel's answer.
+    // SAFETY: zeroed is a valid stack_t.
+    let mut now: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a query into our own stack_t.
+    let on_it =
+        unsafe { f(std::ptr::null(), &mut now) } == 0 && now.ss_flags & libc::SS_ONSTACK != 0;
+    if !ss.is_null() && on_it {
+        crate::set_errno(libc::EPERM);
+        return -1;
+    }
+    let (sp, size, flags) = ALT.with(|a| a.program.get());
+    if !ss.is_null() {
+        // SAFETY: the caller's stack_t.
+        let new = unsafe { *ss };
+        if new.ss_flags & !(libc::SS_DISABLE | SS_AUTODISARM) != 0 {
+            crate::set_errno(libc::EINVAL);
+            return -1;
+        }
+        if new.ss_flags & libc::SS_DISABLE != 0 {
+            ALT.with(|a| a.program.set((0, 0, libc::SS_DISABLE)));
+        } else if new.ss_size < libc::MINSIGSTKSZ {
+            crate::set_errno(libc::ENOMEM);
+            return -1;
+        } else {
+            ALT.with(|a| {
+                a.program
+                    .set((new.ss_sp as usize, new.ss_size, new.ss_flags))
+            });
+        }
+    }
+    if !old.is_null() {
+        // SAFETY: the caller's stack_t.
+        unsafe {
+            (*old).ss_sp = sp as *mut _;
+            (*old).ss_size = size;
+            (*old).ss_flags = flags | if on_it { libc::SS_ONSTACK } else { 0 };
+        }
+    }
+    0
 }

@@ -159,7 +159,10 @@ mod uffd_sys;
 
 pub use latency::LatencySummary;
 pub use pin::{ForkGuard, KernelFaults, PinGuard};
-pub use sigbus::{installed as sigbus_installed, swap_chained as swap_chained_sigbus};
+pub use sigbus::{
+    alt_stack, drop_alt_stack, installed as sigbus_installed, swap_chained as swap_chained_sigbus,
+    use_alt_stacks, ALT_STACK_BYTES,
+};
 pub use uffd_sys::OpenPath;
 
 use crate::swap::{SwapDeviceConfig, SwapError};

@@ -134,16 +134,99 @@ pub(super) fn detach(sh: &Shared) {
     INSTANCES.write().retain(|s| !std::ptr::eq(&**s, sh));
 }
 
+/// Whether the handler runs on an alternate signal stack (`use_alt_stacks`).
+static ONSTACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Bytes of the alternate stack each thread gets from [`alt_stack`]: a
+/// fault's resolution decompresses, and at the backstop evicts inline
+/// (compression tables on the stack), so a few KiB (`SIGSTKSZ`) would not
+/// do. Only what a fault uses is touched.
+pub const ALT_STACK_BYTES: usize = 256 << 10;
+
+/// Run the SIGBUS handler on an alternate signal stack where the faulting
+/// thread has one: call before the first signal-mode instance starts, and
+/// give every thread that may fault one of [`ALT_STACK_BYTES`] with
+/// [`alt_stack`]. The kernel writes the signal's frame on the stack the
+/// thread runs on; a stack the program carved from its heap (a coroutine's)
+/// is region memory, and where the page below its stack pointer was
+/// evicted or never touched the frame cannot be written, and the kernel
+/// kills the program. Threads with no alternate stack (or a few KiB of
+/// one, as Rust's own threads have) must not fault in signal mode: the
+/// preload library gives one to every program thread and keeps the
+/// program's `sigaltstack` from replacing it.
+pub fn use_alt_stacks() {
+    ONSTACK.store(true, Relaxed);
+}
+
+/// Map an alternate signal stack of [`ALT_STACK_BYTES`] (plain memory,
+/// never a region's, with a guard page below it) and make it the calling
+/// thread's. Returns its mapping (base, length) for [`drop_alt_stack`].
+pub fn alt_stack() -> std::io::Result<(usize, usize)> {
+    let guard = crate::PAGE_SIZE;
+    let len = ALT_STACK_BYTES + guard;
+    // SAFETY: a fresh anonymous mapping; `MAP_STACK` keeps an mmap
+    // interposer from placing it in a region.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the mapping's first page, ours.
+    unsafe { libc::mprotect(p, guard, libc::PROT_NONE) };
+    let ss = libc::stack_t {
+        ss_sp: (p as usize + guard) as *mut _,
+        ss_flags: 0,
+        ss_size: ALT_STACK_BYTES,
+    };
+    // SAFETY: a valid stack_t over memory we own.
+    if unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) } != 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: our mapping, not in use.
+        unsafe { libc::munmap(p, len) };
+        return Err(e);
+    }
+    Ok((p as usize, len))
+}
+
+/// Undo [`alt_stack`] on the calling thread (which must not be running on
+/// it): disable it and unmap it.
+pub fn drop_alt_stack(base: usize, len: usize) {
+    let ss = libc::stack_t {
+        ss_sp: std::ptr::null_mut(),
+        ss_flags: libc::SS_DISABLE,
+        ss_size: 0,
+    };
+    // SAFETY: disabling needs no memory; the mapping is ours and unused
+    // once disabled.
+    unsafe {
+        if libc::sigaltstack(&ss, std::ptr::null_mut()) == 0 {
+            libc::munmap(base as *mut _, len);
+        }
+    }
+}
+
 fn install() -> Result<(), String> {
     // SAFETY: zeroed is a valid sigaction; the fields we need are set below.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigbus as *const () as usize;
-    // Not SA_ONSTACK: resolving a fault (decompressing, inline eviction)
-    // needs a real stack, and the alternate stacks threads have (Rust sets
-    // one up per thread to report stack overflows) are a few KiB. A fault
-    // on our regions is never a stack overflow, so the thread's own stack
-    // is there. SA_RESTART: interrupted calls go on.
+    // SA_ONSTACK only where every faulting thread has a stack of ours
+    // (`use_alt_stacks`): resolving a fault (decompressing, inline
+    // eviction) needs a real stack, and the alternate stacks threads have
+    // otherwise (Rust sets one up per thread to report stack overflows)
+    // are a few KiB. Without it the handler runs on the thread's own stack.
+    // SA_RESTART: interrupted calls go on.
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    if ONSTACK.load(Relaxed) {
+        sa.sa_flags |= libc::SA_ONSTACK;
+    }
     // SAFETY: an empty mask is valid for sigemptyset.
     unsafe { libc::sigemptyset(&mut sa.sa_mask) };
     // SAFETY: as above.
