@@ -169,6 +169,28 @@ fn every_open_path<'a>(user: &'a Option<[&'static str; 9]>) -> Vec<OpenPath<'a>>
     v
 }
 
+/// `uzswap run --budget BUDGET -- CMD...` on every open path (as `user`
+/// too, where there is one), each required to succeed: what ran, and its
+/// standard output.
+fn on_every_open_path(
+    user: &Option<[&'static str; 9]>,
+    budget: &str,
+    cmd: &[&str],
+) -> Vec<(String, String)> {
+    every_open_path(user)
+        .into_iter()
+        .map(|(pre, extra)| {
+            let mut a = vec!["--budget", budget, "--stats", "/dev/null"];
+            a.extend_from_slice(extra);
+            a.push("--");
+            a.extend_from_slice(cmd);
+            let what = format!("{cmd:?} {pre:?} {extra:?}");
+            let out = ok(&run(pre, &a), &what);
+            (what, out)
+        })
+        .collect()
+}
+
 /// The test user (made here, without access to /dev/userfaultfd) and the
 /// command prefix that runs as it, or None with the reason printed. Every
 /// path in `reach` must be reachable by other users.
@@ -329,13 +351,9 @@ fn a_program_that_closes_every_descriptor_keeps_its_memory() {
         return;
     };
     let user = unprivileged_user(std::slice::from_ref(&bin));
-    for (pre, extra) in every_open_path(&user) {
-        for how in ["loop", "range", "from", "dup", "none"] {
-            let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
-            a.extend_from_slice(extra);
-            a.extend_from_slice(&["--", &bin, how, "64"]);
-            let what = format!("closers {how} {pre:?} {extra:?}");
-            assert_eq!(ok(&run(pre, &a), &what), "ok\n", "{what}");
+    for how in ["loop", "range", "from", "dup", "none"] {
+        for (what, out) in on_every_open_path(&user, "16M", &[&bin, how, "64"]) {
+            assert_eq!(out, "ok\n", "{what}");
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -351,12 +369,7 @@ fn threads_started_after_the_locale_was_evicted_run() {
         return;
     };
     let user = unprivileged_user(std::slice::from_ref(&bin));
-    for (pre, extra) in every_open_path(&user) {
-        let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
-        a.extend_from_slice(extra);
-        a.extend_from_slice(&["--", &bin, "64", "8"]);
-        let what = format!("locale_threads {pre:?} {extra:?}");
-        let out = ok(&run(pre, &a), &what);
+    for (what, out) in on_every_open_path(&user, "16M", &[&bin, "64", "8"]) {
         if out == "no-locale\n" {
             eprintln!("skipping: no C.UTF-8 locale installed ({what})");
             continue;
@@ -377,12 +390,7 @@ fn coroutines_on_heap_stacks_fault_and_run() {
         return;
     };
     let user = unprivileged_user(std::slice::from_ref(&bin));
-    for (pre, extra) in every_open_path(&user) {
-        let mut a = vec!["--budget", "16M", "--stats", "/dev/null"];
-        a.extend_from_slice(extra);
-        a.extend_from_slice(&["--", &bin, "64", "4"]);
-        let what = format!("coroutine {pre:?} {extra:?}");
-        let out = ok(&run(pre, &a), &what);
+    for (what, out) in on_every_open_path(&user, "16M", &[&bin, "64", "4"]) {
         assert!(out.starts_with("ok "), "{what}: {out}");
     }
     std::fs::remove_dir_all(&dir).unwrap();

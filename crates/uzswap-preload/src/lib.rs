@@ -219,16 +219,31 @@ fn alt_stack_for_thread() {
         return;
     }
     let _g = Internal::enter();
-    let key = *ALT_STACK_KEY.get_or_init(|| {
+    let Some(key) = exit_key(&ALT_STACK_KEY, alt_stack_gone) else {
+        return;
+    };
+    signals::give_alt_stack();
+    arm_exit_key(key);
+}
+
+/// The thread-specific key in `cell` (made on first use) whose destructor
+/// `at_exit` runs as a thread that armed it exits; None if it cannot be made.
+fn exit_key(
+    cell: &std::sync::OnceLock<Option<libc::pthread_key_t>>,
+    at_exit: extern "C" fn(*mut libc::c_void),
+) -> Option<libc::pthread_key_t> {
+    *cell.get_or_init(|| {
         let mut k: libc::pthread_key_t = 0;
         // SAFETY: `k` is a valid out pointer; the destructor is a plain fn.
-        let rc = unsafe { libc::pthread_key_create(&mut k, Some(alt_stack_gone)) };
+        let rc = unsafe { libc::pthread_key_create(&mut k, Some(at_exit)) };
         (rc == 0).then_some(k)
-    });
-    let Some(key) = key else { return };
-    signals::give_alt_stack();
+    })
+}
+
+/// Have `key`'s destructor run when the calling thread exits.
+fn arm_exit_key(key: libc::pthread_key_t) {
     // Any non-null value: the destructor runs only for those.
-    // SAFETY: `key` was made above.
+    // SAFETY: `key` was made by `exit_key`.
     unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
 }
 
@@ -257,18 +272,12 @@ extern "C" fn unregister_thread(_: *mut libc::c_void) {
 fn register_thread() {
     let Some(st) = active() else { return };
     let _g = Internal::enter();
-    let key = *LOCALITY_KEY.get_or_init(|| {
-        let mut k: libc::pthread_key_t = 0;
-        // SAFETY: `k` is a valid out pointer; the destructor is a plain fn.
-        let rc = unsafe { libc::pthread_key_create(&mut k, Some(unregister_thread)) };
-        (rc == 0).then_some(k)
-    });
     // Without the key nothing would unregister the thread at its exit.
-    let Some(key) = key else { return };
+    let Some(key) = exit_key(&LOCALITY_KEY, unregister_thread) else {
+        return;
+    };
     if st.uz.register_thread() {
-        // Any non-null value: the destructor runs only for those.
-        // SAFETY: `key` was made above.
-        unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
+        arm_exit_key(key);
     }
 }
 
