@@ -212,27 +212,23 @@ wrap!(epoll_wait(ep: i32, ev: *mut libc::epoll_event, n: i32, t: i32) -> [i32]
     pins |p| { p.add(ev as *const _, n.max(0) as usize * std::mem::size_of::<libc::epoll_event>(), true) }
     => |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32) -> i32| f(ep, ev, n, t));
 wrap!(epoll_pwait(ep: i32, ev: *mut libc::epoll_event, n: i32, t: i32, m: *const libc::sigset_t) -> [i32]
-pins |p| {
-    p.add(ev as *const _, n.max(0) as usize * std::mem::size_of::<libc::epoll_event>(), true);
-    p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
-}
-=> |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32, *const libc::sigset_t) -> i32| {
-    let mut copy = None;
-    f(ep, ev, n, t, crate::signals::wait_mask(m, &mut copy))
-});
+    pins |p| {
+        p.add(ev as *const _, n.max(0) as usize * std::mem::size_of::<libc::epoll_event>(), true);
+        p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
+    }
+    => |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32, *const libc::sigset_t) -> i32|
+        crate::signals::with_wait_mask(m, |m| f(ep, ev, n, t, m)));
 wrap!(poll(fds: *mut libc::pollfd, n: libc::nfds_t, t: i32) -> [i32]
     pins |p| { p.add(fds as *const _, (n as usize).saturating_mul(std::mem::size_of::<libc::pollfd>()), true) }
     => |f: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, i32) -> i32| f(fds, n, t));
 wrap!(ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec, m: *const libc::sigset_t) -> [i32]
-pins |p| {
-    p.add(fds as *const _, (n as usize).saturating_mul(std::mem::size_of::<libc::pollfd>()), true);
-    p.add(t as *const _, std::mem::size_of::<libc::timespec>(), false);
-    p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
-}
-=> |f: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> i32| {
-    let mut copy = None;
-    f(fds, n, t, crate::signals::wait_mask(m, &mut copy))
-});
+    pins |p| {
+        p.add(fds as *const _, (n as usize).saturating_mul(std::mem::size_of::<libc::pollfd>()), true);
+        p.add(t as *const _, std::mem::size_of::<libc::timespec>(), false);
+        p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
+    }
+    => |f: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> i32|
+        crate::signals::with_wait_mask(m, |m| f(fds, n, t, m)));
 wrap!(select(n: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> [i32]
     pins |p| {
         pin_fd_sets(&mut p, n, [r, w, e]);
@@ -241,17 +237,15 @@ wrap!(select(n: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::f
     => |f: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> i32|
         f(n, r, w, e, t));
 wrap!(pselect(n: i32, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set,
-    t: *const libc::timespec, m: *const libc::sigset_t) -> [i32]
-pins |p| {
-    pin_fd_sets(&mut p, n, [r, w, e]);
-    p.add(t as *const _, std::mem::size_of::<libc::timespec>(), false);
-    p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
-}
-=> |f: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set,
-        *const libc::timespec, *const libc::sigset_t) -> i32| {
-    let mut copy = None;
-    f(n, r, w, e, t, crate::signals::wait_mask(m, &mut copy))
-});
+        t: *const libc::timespec, m: *const libc::sigset_t) -> [i32]
+    pins |p| {
+        pin_fd_sets(&mut p, n, [r, w, e]);
+        p.add(t as *const _, std::mem::size_of::<libc::timespec>(), false);
+        p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
+    }
+    => |f: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set,
+            *const libc::timespec, *const libc::sigset_t) -> i32|
+        crate::signals::with_wait_mask(m, |m| f(n, r, w, e, t, m)));
 
 /// The fd sets of a select: the kernel reads and writes the words that
 /// hold descriptors below `n`.

@@ -160,29 +160,27 @@ unsafe fn applied(
     copy.as_ref().map_or(set, |s| s as *const sigset_t)
 }
 
-/// The mask a wait applies while it waits (`sigsuspend`, `pselect`,
-/// `ppoll`, `epoll_pwait`): `set`, or its copy in `copy` without SIGBUS.
+/// Run `wait` with the mask a wait applies while it waits (`sigsuspend`,
+/// `pselect`, `ppoll`, `epoll_pwait`): `set`, or a copy without SIGBUS.
 ///
 /// # Safety
 /// `set` is null or a valid signal set.
-pub(crate) unsafe fn wait_mask(
+pub(crate) unsafe fn with_wait_mask<R>(
     set: *const sigset_t,
-    copy: &mut Option<sigset_t>,
-) -> *const sigset_t {
+    wait: impl FnOnce(*const sigset_t) -> R,
+) -> R {
+    let mut copy = None;
     // SAFETY: the caller's set.
-    unsafe { applied(libc::SIG_SETMASK, set, copy) }
+    wait(unsafe { applied(libc::SIG_SETMASK, set, &mut copy) })
 }
 
 /// # Safety
 /// As sigsuspend(2).
 #[no_mangle]
 pub unsafe extern "C" fn sigsuspend(set: *const sigset_t) -> c_int {
-    let mut copy = None;
-    // SAFETY: the caller's set.
-    let set = unsafe { wait_mask(set, &mut copy) };
     match real::sigsuspend() {
         // SAFETY: the caller's set, maybe without SIGBUS.
-        Some(f) => unsafe { f(set) },
+        Some(f) => unsafe { with_wait_mask(set, |m| f(m)) },
         None => {
             crate::set_errno(libc::ENOSYS);
             -1
@@ -255,7 +253,7 @@ thread_local! {
 /// SIGBUS is uzswap's; the key's destructor takes it back as the thread
 /// exits (`take_alt_stack`).
 pub(crate) fn give_alt_stack() {
-    if !uzswap::region::sigbus_installed() || ALT.with(|a| a.ours.get().1 != 0) {
+    if ALT.with(|a| a.ours.get().1 != 0) {
         return;
     }
     // What the thread had (a program linked with Rust's runtime sets one up

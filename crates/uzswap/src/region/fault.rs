@@ -19,7 +19,7 @@ use parking_lot::RwLockReadGuard;
 use std::cell::RefCell;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::sync::OnceLock;
 use std::time::Instant;
 use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite};
@@ -1282,8 +1282,8 @@ fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
 /// fixed 2 MiB window made every new process pay for 2 MiB of zeros at its
 /// first allocation (1.5-2.7 ms of fresh memory, most of an `exec` under
 /// the runner), and charged a sparse first touch 32 chunks it never used.
-fn zero_ramp(state: &[std::sync::atomic::AtomicU32], ci: usize, per: usize) -> usize {
-    let touched = |c: &std::sync::atomic::AtomicU32| chunk::state(c.load(Relaxed)) != UNTOUCHED;
+fn zero_ramp(state: &[AtomicU32], ci: usize, per: usize) -> usize {
+    let touched = |c: &AtomicU32| chunk::state(c.load(Relaxed)) != UNTOUCHED;
     let behind = state[..ci]
         .iter()
         .rev()
@@ -1436,7 +1436,6 @@ pub(super) fn will_need(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU32;
 
     fn chunks(states: &[u32]) -> Vec<AtomicU32> {
         states.iter().map(|&s| AtomicU32::new(s)).collect()

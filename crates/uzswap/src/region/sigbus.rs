@@ -36,7 +36,7 @@
 
 use super::{fault, RegionError, Shared};
 use parking_lot::RwLock;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
 use std::sync::{Arc, OnceLock};
 
 /// Instances in signal mode.
@@ -135,7 +135,7 @@ pub(super) fn detach(sh: &Shared) {
 }
 
 /// Whether the handler runs on an alternate signal stack (`use_alt_stacks`).
-static ONSTACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ONSTACK: AtomicBool = AtomicBool::new(false);
 
 /// Bytes of the alternate stack each thread gets from [`alt_stack`]: a
 /// fault's resolution decompresses, and at the backstop evicts inline
