@@ -57,7 +57,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::{JoinHandle, Thread};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The largest batch the engine accepts (seed 002: vm.compress-batchsize).
@@ -136,8 +136,16 @@ struct Job {
     next: AtomicUsize,
     /// Claimed-or-unclaimed items not yet completed.
     pending: AtomicUsize,
-    /// The submitting thread, unparked by whoever completes the last item.
-    owner: Thread,
+    /// Whoever completes the last item wakes the submitting thread here:
+    /// `done` is held while `pending` is checked and the wake-up sent, so
+    /// none is lost. Not `Thread::unpark`: a fault resolved while the
+    /// program thread exits (its allocator's thread-exit hook faulting on
+    /// evicted memory) may evict and compress, after the thread's Rust
+    /// thread-locals are gone, and `thread::current()` then panics inside a
+    /// signal handler, which aborts the program. parking_lot's wait needs
+    /// no thread-local.
+    done: Mutex<()>,
+    done_cv: Condvar,
     /// The first panic of an item, re-raised on the owner.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
@@ -168,7 +176,8 @@ impl Job {
             // Release: the item's effects happen-before the owner's Acquire
             // load that sees the count reach zero.
             if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 && !is_owner {
-                self.owner.unpark();
+                let _done = self.done.lock();
+                self.done_cv.notify_one();
             }
         }
     }
@@ -560,17 +569,17 @@ impl BatchEngine {
             end,
             next: AtomicUsize::new(start),
             pending: AtomicUsize::new(end - start),
-            owner: std::thread::current(),
+            done: Mutex::new(()),
+            done_cv: Condvar::new(),
             panic: Mutex::new(None),
         });
         self.shared.publish(job.clone());
         job.work(ctx, true);
         if job.pending.load(Ordering::Acquire) != 0 {
             spin_until(OWNER_SPIN, || job.pending.load(Ordering::Acquire) == 0);
-            // A stale unpark token only makes some later park return early;
-            // every park here is in a loop re-checking its condition.
+            let mut done = job.done.lock();
             while job.pending.load(Ordering::Acquire) != 0 {
-                std::thread::park();
+                job.done_cv.wait(&mut done);
             }
         }
         let p = job.panic.lock().take();

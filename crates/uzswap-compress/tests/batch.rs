@@ -400,3 +400,68 @@ fn drop_joins_idle_and_busy_engines() {
         drop(engine("deflate", 3, 4));
     }
 }
+
+/// The engine of the thread-exit test and what its batches produced.
+static EXIT_ENGINE: std::sync::OnceLock<BatchEngine> = std::sync::OnceLock::new();
+static EXIT_BATCHES: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn compress_at_thread_exit(_: *mut libc::c_void) {
+    let e = EXIT_ENGINE.get().unwrap();
+    let pages: Vec<Vec<u8>> = (0..MAX_BATCH as u64).map(|i| page("text", i)).collect();
+    let refs: Vec<&[u8]> = pages.iter().map(|p| p.as_slice()).collect();
+    let out = e.compress_batch(&refs);
+    if out.iter().all(|r| r.is_ok()) {
+        EXIT_BATCHES.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A thread the program made (not Rust's) that has used Rust's
+/// thread-locals, then armed `key` and exits.
+extern "C" fn foreign_thread(key: *mut libc::c_void) -> *mut libc::c_void {
+    // Rust's handle of this thread, made now and torn down at its exit
+    // before the key's destructor runs.
+    let _ = std::thread::current().id();
+    // SAFETY: `key` was made by the test; any non-null value arms it.
+    unsafe {
+        libc::pthread_setspecific(
+            key as libc::pthread_key_t,
+            std::ptr::dangling::<libc::c_void>(),
+        )
+    };
+    std::ptr::null_mut()
+}
+
+/// A batch submitted as a thread exits, after its Rust thread-locals are
+/// gone (from a pthread key's destructor: where a program's allocator, at
+/// its thread-exit hook, faults on evicted memory and the fault evicts).
+/// The submitter used to wait with `thread::current()`, which panicked
+/// there under `uzswap run` (a program thread's exit, seen once in CI) and
+/// aborted; this test does not reproduce that panic, it holds the path.
+#[test]
+fn a_batch_from_a_thread_exit_hook_completes() {
+    EXIT_ENGINE.get_or_init(|| engine("lz4", 2, MAX_BATCH));
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: a valid out pointer and a plain destructor.
+    assert_eq!(
+        unsafe { libc::pthread_key_create(&mut key, Some(compress_at_thread_exit)) },
+        0
+    );
+    let rounds = 20;
+    for _ in 0..rounds {
+        let mut t: libc::pthread_t = 0;
+        // SAFETY: a plain start routine; the thread is joined below.
+        unsafe {
+            assert_eq!(
+                libc::pthread_create(
+                    &mut t,
+                    std::ptr::null(),
+                    foreign_thread,
+                    key as usize as *mut _
+                ),
+                0
+            );
+            assert_eq!(libc::pthread_join(t, std::ptr::null_mut()), 0);
+        }
+    }
+    assert_eq!(EXIT_BATCHES.load(Ordering::SeqCst), rounds);
+}
