@@ -442,10 +442,8 @@ fn a_batch_from_a_thread_exit_hook_completes() {
     EXIT_ENGINE.get_or_init(|| engine("lz4", 2, MAX_BATCH));
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: a valid out pointer and a plain destructor.
-    assert_eq!(
-        unsafe { libc::pthread_key_create(&mut key, Some(compress_at_thread_exit)) },
-        0
-    );
+    let made = unsafe { libc::pthread_key_create(&mut key, Some(compress_at_thread_exit)) };
+    assert_eq!(made, 0);
     let rounds = 20;
     for _ in 0..rounds {
         let mut t: libc::pthread_t = 0;
