@@ -637,3 +637,43 @@ fn without_kept_copies_a_random_read_installs_its_page_alone() {
         check(&r, i);
     }
 }
+
+/// An eviction of written pages scattered over a region write-protects
+/// them in one call where the chunks between them change nothing under it
+/// (stored, or mapped protected), instead of one call, and one TLB
+/// shootdown, per written chunk; every page reads back, the written ones
+/// with their writes.
+#[test]
+fn scattered_written_pages_are_protected_by_one_call() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    let chunks = r.len() / (PER * PAGE_SIZE);
+    // Even chunks: one page written (a partial chunk whose page is
+    // writable). Between them: a page read (mapped protected, its copy
+    // kept) or nothing (stored).
+    for c in 0..chunks {
+        if c % 2 == 0 {
+            page(&r, c * PER + 3)[8] ^= 0xff;
+        } else if c % 4 == 1 {
+            read(&r, c * PER + 5);
+        }
+    }
+    let before = uz.stats().evict_protect_calls;
+    r.advise(0..r.len(), Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), 0, "{:?}", uz.stats());
+    let calls = uz.stats().evict_protect_calls - before;
+    let written = chunks.div_ceil(2) as u64;
+    assert!(
+        (1..written).contains(&calls),
+        "{calls} write-protect calls for {written} written chunks"
+    );
+    let mut want = vec![0u8; PAGE_SIZE];
+    for i in 0..r.len() / PAGE_SIZE {
+        Pattern::Index.fill(i as u64, SEED, &mut want);
+        if i % (2 * PER) == 3 {
+            want[8] ^= 0xff;
+        }
+        assert!(page(&r, i) == &want[..], "page {i}");
+    }
+}

@@ -168,6 +168,31 @@ pub fn must_protect(w: u32) -> bool {
     }
 }
 
+/// Whether a write-protect call may span a chunk with word `w` that is not
+/// one of its victims (`evict::protect_ahead`): the call changes nothing of
+/// it, since it maps no page (UNTOUCHED, STORED) or protects every page it
+/// maps already (CLEAN, PARTIAL without DIRTY), and no system call may be
+/// writing it (not PINNED).
+#[inline]
+pub fn spannable(w: u32) -> bool {
+    let unchanged = match state(w) {
+        UNTOUCHED | STORED | CLEAN => true,
+        PARTIAL => w & DIRTY == 0,
+        _ => false,
+    };
+    unchanged && w & PINNED == 0
+}
+
+/// Hold `c`, read as word `w`, BUSY for a write-protect call spanning it:
+/// a compare-and-swap of that very word, so it fails if anything changed
+/// since `w` was read (a flag, a mask, a pin). Given back by `release` to
+/// `state(w)`, the flags kept.
+#[inline]
+pub fn hold(c: &AtomicU32, w: u32) -> bool {
+    c.compare_exchange(w, (w & !STATE_MASK) | BUSY, AcqRel, Acquire)
+        .is_ok()
+}
+
 /// Take `c` from `from` (an evictable state) for eviction, unless it is
 /// pinned. Returns the previous word on success.
 #[inline]

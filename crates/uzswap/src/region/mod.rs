@@ -63,6 +63,9 @@
 //!               mapped pages' copies---------------------------> PARTIAL
 //!   EVICTING  --a partial victim not yet evicted, with a read
 //!               of its other pages waiting: handed back, REF---> PARTIAL
+//!   UNTOUCHED, STORED, CLEAN, PARTIAL without DIRTY, not PINNED
+//!             --spanned by a write-protect call between two
+//!               victims: held (BUSY) and given back----------> unchanged
 //! ```
 //! A chunk entering PARTIAL from STORED is queued on probation: the evictor
 //! takes such chunks, oldest first, while they are still PARTIAL with no
@@ -71,6 +74,9 @@
 //! region's others and made many ranges per call (`evict.rs`).
 //! BUSY and EVICTING are owned states: one thread (a fault resolver, a hint,
 //! or the evictor) holds the chunk and is the only one to leave the state.
+//! An eviction holds a chunk BUSY also for the one call that write-protects
+//! the victims on both sides of it (`evict::protect_ahead`), only where that
+//! call changes nothing of the chunk, and gives it back as it was.
 //! A fault that finds a chunk owned sets WAITER and returns at once (handler
 //! threads never block on a chunk); the owner, on leaving, wakes the chunk's
 //! range. A woken write on a chunk that became STORED retries, takes a
@@ -509,6 +515,10 @@ pub struct UzswapStats {
     pub evict_yielded: u64,
     /// Stores refused (the chunk stayed resident).
     pub evict_aborts: u64,
+    /// Write-protect calls the evictions made (each flushes the TLB of
+    /// every CPU the program runs on); one call spans several victims
+    /// where the chunks between allow (`evict::protect_ahead`).
+    pub evict_protect_calls: u64,
     pub evict_batches: u64,
     /// Eviction steps (a probation step's worth, not a whole batch) the
     /// fault handler ran itself to hold the budget.
@@ -548,6 +558,7 @@ struct Counters {
     evicted_probation: AtomicU64,
     evict_yielded: AtomicU64,
     evict_aborts: AtomicU64,
+    evict_protect_calls: AtomicU64,
     evict_batches: AtomicU64,
     evict_inline_batches: AtomicU64,
     budget_overruns: AtomicU64,
@@ -1273,6 +1284,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         copies_written: g(&c.copies_written),
         reads_writable: g(&c.reads_writable),
         evict_aborts: g(&c.evict_aborts),
+        evict_protect_calls: g(&c.evict_protect_calls),
         evict_batches: g(&c.evict_batches),
         evict_inline_batches: g(&c.evict_inline_batches),
         budget_overruns: g(&c.budget_overruns),

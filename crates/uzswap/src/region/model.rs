@@ -21,7 +21,12 @@
 //! - an evictor takes the chunk when it is evictable (RESIDENT, CLEAN,
 //!   PARTIAL) and evicts it as `evict.rs` does: write-protect if
 //!   `must_protect`, then page by page claim the clean copy or store the
-//!   page, then zap and release to STORED.
+//!   page, then zap and release to STORED;
+//! - another eviction's write-protect call spans the chunk as one lying
+//!   between its victims (`evict::protect_ahead`): where the word is
+//!   `chunk::spannable` it holds the chunk with `chunk::hold` (the CAS of
+//!   the word it read), protects every mapped page, and gives it back in
+//!   the state it had.
 //!
 //! Checked at every step: every read returns the last value written to the
 //! page; at most one actor owns the chunk; a chunk not owned satisfies its
@@ -35,7 +40,9 @@
 //! Known-bad changes it catches (docs/ARCHITECTURE.md, "The chunk state
 //! model"): `must_protect` false for a DIRTY partial chunk (a write between
 //! the store and the zap is lost); `own` without its compare-and-swap (two
-//! owners, or a resolver installing into a chunk being evicted).
+//! owners, or a resolver installing into a chunk being evicted);
+//! `spannable` true for a RESIDENT chunk (its pages protected behind a
+//! state that says writable).
 //!
 //! Locking: none; the harness is single-threaded and interleaves by hand.
 
@@ -96,6 +103,17 @@ enum Step {
     },
     /// Zap and release to STORED.
     Zap,
+    /// Another eviction's write-protect call about to span the chunk as
+    /// one between its victims (`evict::protect_ahead`): read the word.
+    SpanLook,
+    /// Read `w`, spannable: hold the chunk with the CAS of that word.
+    SpanHold {
+        w: u32,
+    },
+    /// Held: the call protects every mapped page, then gives it back.
+    SpanProtect {
+        w: u32,
+    },
     Done,
 }
 
@@ -470,6 +488,38 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
             w.release(i, STORED, REF | ACTIVE | REJECTED | PART_BITS, 0, actors);
             Step::Pick
         }
+        Step::SpanLook => {
+            let a = &mut actors[i];
+            a.tries += 1;
+            if a.evictions == EVICTIONS || a.tries > 200 {
+                Step::Done
+            } else {
+                let word = w.word.load(Acquire);
+                if chunk::spannable(word) && rng.below(3) == 0 {
+                    Step::SpanHold { w: word }
+                } else {
+                    Step::SpanLook
+                }
+            }
+        }
+        Step::SpanHold { w: word } => {
+            if chunk::hold(&w.word, word) {
+                w.take_ownership(i)?;
+                w.hit("held for a write-protect call spanning it");
+                actors[i].evictions += 1;
+                Step::SpanProtect { w: word }
+            } else {
+                w.hit("lost the CAS to another thread");
+                Step::SpanLook
+            }
+        }
+        Step::SpanProtect { w: word } => {
+            for m in w.mem.iter_mut().flatten() {
+                m.wp = true;
+            }
+            w.release(i, state(word), 0, 0, actors);
+            Step::SpanLook
+        }
         Step::Done => Step::Done,
     };
     actors[i].step = next;
@@ -501,13 +551,15 @@ fn run(seed: u64) -> Result<(usize, std::collections::BTreeMap<&'static str, u64
             tries: 0,
         })
         .collect();
-    actors.push(Actor {
-        step: Step::Pick,
-        ops: Vec::new(),
-        done_ops: 0,
-        evictions: 0,
-        tries: 0,
-    });
+    for step in [Step::Pick, Step::SpanLook] {
+        actors.push(Actor {
+            step,
+            ops: Vec::new(),
+            done_ops: 0,
+            evictions: 0,
+            tries: 0,
+        });
+    }
     let mut steps = 0;
     loop {
         let live: Vec<usize> = (0..actors.len())
@@ -586,6 +638,7 @@ fn chunk_state_machine_model() {
         "parked on an owned chunk",
         "woke parked threads",
         "lost the CAS to another thread",
+        "held for a write-protect call spanning it",
     ] {
         assert!(
             cov.get(t).copied().unwrap_or(0) > 0,
