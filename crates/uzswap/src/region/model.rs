@@ -126,6 +126,15 @@ struct Actor {
     tries: usize,
 }
 
+impl Actor {
+    /// An evicting actor's turn: whether it is done (its evictions made,
+    /// or too many looks at a chunk it could not take).
+    fn spent(&mut self) -> bool {
+        self.tries += 1;
+        self.evictions == EVICTIONS || self.tries > 200
+    }
+}
+
 struct World {
     word: AtomicU32,
     mem: [Option<Pte>; P],
@@ -431,9 +440,7 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
         }
         Step::Parked => Step::Parked,
         Step::Pick => {
-            let a = &mut actors[i];
-            a.tries += 1;
-            if a.evictions == EVICTIONS || a.tries > 200 {
+            if actors[i].spent() {
                 Step::Done
             } else {
                 let word = w.word.load(Acquire);
@@ -489,9 +496,7 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
             Step::Pick
         }
         Step::SpanLook => {
-            let a = &mut actors[i];
-            a.tries += 1;
-            if a.evictions == EVICTIONS || a.tries > 200 {
+            if actors[i].spent() {
                 Step::Done
             } else {
                 let word = w.word.load(Acquire);
