@@ -1009,6 +1009,10 @@ fn partial_span(sh: &Shared, v: &Victim) -> Range<usize> {
 
 /// Most chunks between two victims that one write-protect call may span.
 const PROTECT_GAP: usize = 64;
+/// Most bytes one write-protect call spans: the kernel walks every page
+/// table entry of the range, and the chunks between stay held until the
+/// call returns.
+const PROTECT_SPAN: usize = 8 << 20;
 
 /// Write-protect the victims of one region (sorted by chunk, its `live`
 /// lock held) that need it with as few calls as it can: each call flushes
@@ -1041,6 +1045,7 @@ fn protect_ahead(sh: &Shared, r: &RegionInner, victims: &mut [Victim]) {
         if let Some((cur, ks)) = span.as_mut() {
             let mark = held.len();
             let spannable = v.ci - last_ci <= PROTECT_GAP
+                && range.end - cur.start <= PROTECT_SPAN
                 && (last_ci + 1..v.ci).all(|ci| {
                     victims.binary_search_by_key(&ci, |x| x.ci).is_ok() || hold(r, ci, &mut held)
                 });
