@@ -995,7 +995,7 @@ impl Zaps {
 
 /// The address range of victim `v`'s mapped pages: the whole chunk, or a
 /// partial chunk's first mapped group to its last.
-fn partial_span(sh: &Shared, v: &Victim) -> Range<usize> {
+fn mapped_span(sh: &Shared, v: &Victim) -> Range<usize> {
     let base = v.r.chunk_addr(v.ci, sh.chunk);
     if v.from != PARTIAL {
         return base..base + sh.chunk;
@@ -1041,7 +1041,7 @@ fn protect_ahead(sh: &Shared, r: &RegionInner, victims: &mut [Victim]) {
         if !chunk::must_protect(v.word) {
             continue;
         }
-        let range = partial_span(sh, v);
+        let range = mapped_span(sh, v);
         if let Some((cur, ks)) = span.as_mut() {
             let mark = held.len();
             let spannable = v.ci - last_ci <= PROTECT_GAP
@@ -1276,7 +1276,7 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
         // chunk (EVICTING), as for a whole chunk in `evict_run`. One call
         // from the first mapped group to the last: the pages between are
         // unmapped or protected already, which it leaves as they are.
-        let span = partial_span(sh, v);
+        let span = mapped_span(sh, v);
         sh.ctr.evict_protect_calls.fetch_add(1, Relaxed);
         if let Err(e) = sh.uffd.write_protect(span.start as *mut _, span.len()) {
             eprintln!("uzswap: evictor: write-protect failed: {e}");
