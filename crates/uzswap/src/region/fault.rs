@@ -777,28 +777,38 @@ fn install(
 const PARTIAL_MAX_GROUPS: u32 = chunk::GROUPS as u32;
 
 /// A PARTIAL chunk whose fault on a further group finds this many already
-/// mapped, all brought in within as many faults (the instance's) as there
-/// are resident chunks, is dense: its pages are in use together (the hot
-/// part of a skewed working set), and it is completed. The distance is
-/// the workingset's (`workingset_refault`): pages faulted that close
-/// together would all have stayed resident with the chunk. Random access
-/// spreads a chunk's faults far wider (a Python heap, usemem's random row),
-/// and the same count over any time completed chunks for pages never used
-/// (see `PARTIAL_MAX_GROUPS`). usemem skew, index, 256 MiB under 128 MiB,
-/// alternating: 18.5-19.1 k faults with no density rule, 15.0-15.1 k with
-/// it, 12.3-12.4 k completing at 4 groups whatever the time (read pass
-/// 228-261, 296-339, 332-402 MB/s on a busy machine); the random row and
-/// the Python heap within noise of no rule (the heap decompresses 8% more
-/// pages). At 3 groups the rule took a larger Python heap for dense
-/// (heap.py, 293 MiB under `uzswap run --budget 146M`): a chunk refaulted
-/// soon after its eviction collects three of its sixteen pages' objects by
-/// chance, and each completion loaded 13 more pages for them: 11-15 k
-/// completions, 235 k faults and 465 k pages loaded, 10.5-10.7 s, against
-/// 3.4-5.3 s with 4 KiB chunks. At 6: ~5 k completions, 94 k faults,
-/// 196-200 k pages, 5.2 s; usemem skew (index 256 MiB under 128 MiB,
-/// mixed 512 MiB under 256 MiB, index 1 GiB under 788 MiB), seq and the
-/// random row within noise of 3 (BENCHMARKS.md, 2026-11-27).
-const DENSE_GROUPS: u32 = 6;
+/// mapped (`DENSE.0`), all brought in within `DENSE.1` times as many faults
+/// (the instance's) as there are resident chunks, is dense: its pages are in
+/// use together (the hot part of a skewed working set), and it is
+/// completed. The distance is the workingset's (`workingset_refault`).
+/// Random access spreads a chunk's faults far wider (a Python heap,
+/// usemem's random row), and the same count over any time completed chunks
+/// for pages never used (see `PARTIAL_MAX_GROUPS`). usemem skew, index,
+/// 256 MiB under 128 MiB, alternating: 18.5-19.1 k faults with no density
+/// rule, 15.0-15.1 k with 6 groups in one window, 12.3-12.4 k completing
+/// at 4 groups whatever the time (read pass 228-261, 296-339, 332-402
+/// MB/s on a busy machine). At 3 groups the rule took a larger Python heap
+/// for dense (heap.py, 293 MiB under `uzswap run --budget 146M`): a chunk
+/// refaulted soon after its eviction collects three of its sixteen pages'
+/// objects by chance, and each completion loaded 13 more pages for them:
+/// 11-15 k completions, 235 k faults and 465 k pages loaded, 10.5-10.7 s,
+/// against 3.4-5.3 s with 4 KiB chunks (BENCHMARKS.md, 2026-11-27).
+///
+/// Half the chunk, over four windows: a fault brings one group in, not a
+/// chunk, so a chunk completed at its first fault would have stayed
+/// resident for several times as many faults as there are resident
+/// chunks, and one window missed the hot chunks of skewed reads, whose
+/// sixteen pages fault in over a few windows (usemem skew, 1 GiB at
+/// zram-lz4's memory: 115 completions and 76 k faults). 6 groups over 4
+/// windows caught them (3.2 k completions, 52 k faults) but completed
+/// chunks of the random row too (5% more pages loaded); 8 over 4 takes
+/// the skewed rows' faults down by a fifth (76 k to 57-61 k, read pass
+/// 2-7% faster, CPU 2-7% less) and loads no more pages on the random row
+/// (BENCHMARKS.md, "Dense chunks over four windows"). Chunks of fewer than
+/// sixteen pages (a folio below 64 KiB) keep the rule they were measured
+/// with: six groups in one window (`DENSE_SMALL`).
+const DENSE: (u32, u64) = (chunk::GROUPS as u32 / 2, 4);
+const DENSE_SMALL: (u32, u64) = (6, 1);
 
 /// The groups (their first page's address) of the last faults on stored
 /// memory, in a small ring every resolver writes: a fault on the group
@@ -875,10 +885,15 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
         && scan_enters(r, ci, 1 << sh.order)
         && (ci == 0 || sh.recent.has_in(base - sh.chunk..base));
     sh.recent.note(group);
-    let dense = mask.count_ones() >= DENSE_GROUPS && {
+    let (need, windows) = if (1usize << sh.order) >= chunk::GROUPS {
+        DENSE
+    } else {
+        DENSE_SMALL
+    };
+    let dense = mask.count_ones() >= need && {
         let now = sh.ctr.pgmajfault.load(Relaxed) as u32;
         let age = now.wrapping_sub(r.shadow[ci].load(Relaxed)) as u64;
-        age <= sh.resident.load(Relaxed) / sh.chunk as u64
+        age <= sh.resident.load(Relaxed) / sh.chunk as u64 * windows
     };
     if entered || walked || dense || mask.count_ones() >= PARTIAL_MAX_GROUPS {
         return None;
