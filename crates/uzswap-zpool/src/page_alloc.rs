@@ -19,8 +19,29 @@
 //!  cached --trim: MADV_DONTNEED, or munmap of a wholly free arena--> clean
 //! ```
 //! Allocation order: a cached run of exactly the length, else the shortest
-//! longer cached run split (its tail stays cached), else clean pages of an
-//! arena (first fit), else a new arena.
+//! longer cached run split (its tail stays cached), else the head of the
+//! pages filled ahead (below), else clean pages of an arena (first fit),
+//! else a new arena. Clean pages taken for a run are faulted in with up to
+//! [`GROW_PAGES`] more after them in one call, cached as runs of the same
+//! length (whole runs only: a shorter tail would sit where no allocation of
+//! that length can use it, and hold the cap).
+//!
+//! # Filling ahead
+//! Faulting pages in is a tenth of a store's cost (see "Huge arenas"), and
+//! the store waits for it. Once a provider that may fill ahead holds 4 MiB,
+//! a thread of its own keeps *ahead*, one range of faulted-in pages, stocked
+//! up to the same cap the faults in an allocation keep (`GROW_PAGES`, 1/64
+//! of the live pages), refilling when it falls to half: a store then takes
+//! pages already faulted in, and a growing pool's stores ran 5-8% faster
+//! (BENCHMARKS.md, "The pool fills ahead"). The range is cached (free,
+//! dirty, counted) but on no list, so every length takes its head: runs on
+//! the lists serve only allocations no longer than they are. Only an
+//! allocation the lists could not serve wakes the thread (the pool is
+//! growing: a pool that takes as much as it gives back keeps its size and
+//! its arenas), and it stands still while the lists hold a cap's worth
+//! (frees stock them, and pages filled then would only be trimmed). A trim
+//! first puts `ahead` on the lists. With huge arenas there is no thread: an
+//! arena is faulted in whole.
 //!
 //! # Giving memory back
 //! Lazily and in bulk. After a free, when cached bytes exceed 1/16 of the
@@ -34,7 +55,7 @@
 //! happens to reclaim it, and a budget that charges `held_bytes` must not be
 //! told memory is gone while RSS still shows it. The bound is relative so a
 //! budget charging the pool overshoots by at most 1/16, and a pool with no
-//! live span holds nothing. [`PageAlloc::trim`] with 0 releases all.
+//! live span holds nothing. [`Core::trim`] with 0 releases all.
 //!
 //! # Huge arenas
 //! Faulting pool memory in 4 KiB at a time costs a page allocation, a
@@ -63,8 +84,9 @@
 //! system's THP mode, and every page they hold was counted when taken.
 //!
 //! # Accounting
-//! `held_bytes` = pages in live spans + cached pages + the reserve of huge
-//! arenas: every page the pool may hold memory for. The clean pages of
+//! `held_bytes` = pages in live spans + cached pages (`ahead` included) +
+//! the reserve of huge arenas + pages being filled: every page the pool may
+//! hold memory for. The clean pages of
 //! small arenas (fresh space, or given back) are not counted, though their
 //! address space stays reserved until the arena goes.
 //! A span counts whole even where its tail was never touched.
@@ -76,14 +98,20 @@
 //! until added; its pages are counted as `pending` meanwhile, and another
 //! alloc that finds nothing waits on a condition variable for it);
 //! `MADV_DONTNEED` runs under it, since the pages it zaps must not be handed
-//! out before the call returns. The mutex also orders reuse: everything a
+//! out before the call returns. The fill thread faults its range in with
+//! the lock dropped, its pages marked used (no alloc, trim or unmap touches
+//! them), and waits for work on a condition variable of the same mutex; an
+//! alloc that leaves `ahead` short wakes it, the owner's drop stops and
+//! joins it. A trim to nothing while a fill runs gives the fill back when
+//! it ends, so nothing stays cached after [`Core::trim`] with 0. The mutex also orders reuse: everything a
 //! span's last users did to its pages happens before the free that returns
 //! them (the pool frees a span under its write lock, after all readers left),
 //! and the free's unlock happens before the lock of the alloc that hands the
 //! pages to the next span.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -99,6 +127,9 @@ pub(crate) const MAX_RUN_PAGES: usize = crate::size_class::MAX_PAGES_PER_SPAN_LI
 const CACHE_DIVISOR: u64 = 16;
 /// Most pages faulted in at once when a span needs fresh pages (256 KiB).
 const GROW_PAGES: usize = 64;
+/// Pages held before a provider that may fill ahead starts its fill thread
+/// (4 MiB): below it the fill cap is a few pages, not worth a thread.
+const FILL_FROM_PAGES: u64 = 1024;
 /// Where the kernel says whether and at what size it offers transparent
 /// huge pages.
 const THP_SYSFS: &str = "/sys/kernel/mm/transparent_hugepage";
@@ -178,7 +209,7 @@ fn ranges(bits: &Bits) -> Vec<(usize, usize)> {
 }
 
 /// A run of whole pages handed to one span. Plain data: its memory goes back
-/// only through [`PageAlloc::free`] (or with the whole provider).
+/// only through [`Core::free`] (or with the whole provider).
 pub(crate) struct PageRun {
     ptr: NonNull<u8>,
     pages: u32,
@@ -339,15 +370,53 @@ struct Inner {
     /// never under-reports). Others that need a new arena meanwhile wait
     /// for it (`PageAlloc::grown`) instead of faulting in one of their own.
     pending_pages: u64,
+    /// Pages the fill thread faulted in, not yet taken: cached (free,
+    /// dirty, counted in `cached_pages`) but on no list, so that every
+    /// allocation can take the head of it whatever its length, where runs
+    /// on the lists serve only allocations no longer than they are.
+    ahead: Option<Ahead>,
+    /// Clean pages the fill thread is faulting in with the lock dropped,
+    /// right after `ahead`: marked used (so no trim, unmap or alloc touches
+    /// them) and counted as held; they join `ahead` when faulted in.
+    filling_pages: u64,
+    /// A trim to nothing ran while pages were filling: they go back clean
+    /// when the fill ends, so that nothing stays cached after it.
+    drop_fill: bool,
+    /// The fill thread waits for work (`Core::fill`): an alloc that leaves
+    /// the cache short wakes it.
+    filler_idle: bool,
+}
+
+/// A range of one arena's pages, `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ahead {
+    arena: u32,
+    start: u32,
+    end: u32,
+}
+
+impl Ahead {
+    fn len(&self) -> usize {
+        (self.end - self.start) as usize
+    }
 }
 
 /// The provider. `held_bytes` and friends are mirrored in atomics so readers
 /// of the totals take no lock.
-pub(crate) struct PageAlloc {
+pub(crate) struct Core {
     inner: Mutex<Inner>,
     /// Signalled when a huge arena faulted in outside the lock is added
     /// (or failed).
     grown: parking_lot::Condvar,
+    /// The fill thread waits here (with `inner`) while the cache is full
+    /// enough.
+    fill: parking_lot::Condvar,
+    /// A fill thread runs for this provider.
+    fill_on: AtomicBool,
+    /// The owner is dropping: the fill thread exits.
+    fill_stop: AtomicBool,
+    /// Pages the fill thread faulted in, ever.
+    filled: AtomicU64,
     /// New arenas may be huge (the kernel offers huge pages and the owner
     /// asked for them); fixed at creation.
     huge_ok: bool,
@@ -358,6 +427,89 @@ pub(crate) struct PageAlloc {
     reserve: AtomicU64,
 }
 
+/// The provider as its owner holds it: the [`Core`], shared with the fill
+/// thread where one runs.
+pub(crate) struct PageAlloc {
+    core: Arc<Core>,
+    /// A fill thread may be started (the owner asked for one and new arenas
+    /// are small: a huge arena is faulted in whole anyway).
+    fill_ahead: bool,
+    /// The fill thread, once started; joined on drop.
+    filler: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::ops::Deref for PageAlloc {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl PageAlloc {
+    /// A provider with no fill thread; `huge` as [`Core::new`].
+    #[cfg(test)]
+    pub(crate) fn new(huge: bool) -> Self {
+        Self::with_fill(huge, false)
+    }
+
+    /// A provider; with `fill_ahead`, once it holds [`FILL_FROM_PAGES`] it
+    /// starts a thread that faults pages in ahead of allocations (module
+    /// comment, "Filling ahead").
+    pub(crate) fn with_fill(huge: bool, fill_ahead: bool) -> Self {
+        let core = Arc::new(Core::new(huge));
+        let fill_ahead = fill_ahead && !core.huge_ok;
+        Self {
+            core,
+            fill_ahead,
+            filler: Mutex::new(None),
+        }
+    }
+
+    /// [`Core::alloc`], starting the fill thread when the pool has grown
+    /// enough for one.
+    pub(crate) fn alloc(&self, pages: usize) -> Result<PageRun, AllocError> {
+        let r = self.core.alloc(pages)?;
+        if self.fill_ahead
+            && !self.core.fill_on.load(Ordering::Relaxed)
+            && self.core.held_bytes() >= FILL_FROM_PAGES * PAGE_SIZE as u64
+        {
+            self.start_filler();
+        }
+        Ok(r)
+    }
+
+    #[cold]
+    fn start_filler(&self) {
+        let mut slot = self.filler.lock();
+        if self.core.fill_on.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let core = Arc::clone(&self.core);
+        // Without a thread (a thread limit), allocations fault their pages
+        // in themselves, as they do before the pool grows this far.
+        *slot = std::thread::Builder::new()
+            .name("uzswap-pool-fill".into())
+            .spawn(move || core.fill_loop())
+            .ok();
+    }
+}
+
+impl Drop for PageAlloc {
+    fn drop(&mut self) {
+        let Some(t) = self.filler.get_mut().take() else {
+            return;
+        };
+        self.core.fill_stop.store(true, Ordering::Release);
+        {
+            // Under the lock: the thread checks `fill_stop` under it before
+            // it waits, so the wake-up cannot fall between the two.
+            let _g = self.core.inner.lock();
+            self.core.fill.notify_all();
+        }
+        let _ = t.join();
+    }
+}
+
 /// Result of giving memory back: bytes released and arenas to unmap once
 /// the lock is dropped.
 struct Released {
@@ -365,7 +517,7 @@ struct Released {
     maps: Vec<Mapping>,
 }
 
-impl PageAlloc {
+impl Core {
     /// A provider; `huge` lets it map huge arenas where the kernel offers
     /// huge pages ([`huge_pages_available`]).
     pub(crate) fn new(huge: bool) -> Self {
@@ -381,8 +533,16 @@ impl PageAlloc {
                 huge_arenas: 0,
                 reserve_pages: 0,
                 pending_pages: 0,
+                ahead: None,
+                filling_pages: 0,
+                drop_fill: false,
+                filler_idle: false,
             }),
             grown: parking_lot::Condvar::new(),
+            fill: parking_lot::Condvar::new(),
+            fill_on: AtomicBool::new(false),
+            fill_stop: AtomicBool::new(false),
+            filled: AtomicU64::new(0),
             huge_ok,
             held: AtomicU64::new(0),
             cached: AtomicU64::new(0),
@@ -433,9 +593,15 @@ impl PageAlloc {
     pub(crate) fn alloc(&self, pages: usize) -> Result<PageRun, AllocError> {
         assert!((1..=MAX_RUN_PAGES).contains(&pages));
         let mut g = self.inner.lock();
+        // Served by a run a free left cached: the pool is not growing.
+        let mut reused = false;
         let r = loop {
             let inner = &mut *g;
             if let Some(run) = inner.take_cached(pages) {
+                reused = true;
+                break run;
+            }
+            if let Some(run) = inner.take_ahead(pages) {
                 break run;
             }
             let grow = inner.grow_pages(pages);
@@ -481,7 +647,79 @@ impl PageAlloc {
         let inner = &mut *g;
         inner.live_pages += pages as u64;
         self.publish(inner);
+        if !reused && inner.filler_idle && inner.fill_want() > 0 {
+            self.fill.notify_one();
+        }
         Ok(r)
+    }
+
+    /// Bytes the fill thread has faulted in ahead of allocations, ever.
+    pub(crate) fn filled_bytes(&self) -> u64 {
+        self.filled.load(Ordering::Relaxed) * PAGE_SIZE as u64
+    }
+
+    /// The fill thread waits for an allocation to wake it (or the owner's
+    /// drop).
+    fn idle(&self, g: &mut parking_lot::MutexGuard<'_, Inner>) {
+        g.filler_idle = true;
+        self.fill.wait(g);
+        g.filler_idle = false;
+    }
+
+    /// The fill thread: keeps `ahead` stocked with faulted-in pages, up to
+    /// the cap a fill in an allocation would have populated (`fill_want`),
+    /// so that allocations take pages already faulted in instead of
+    /// faulting them in themselves. Faulting runs with the lock dropped;
+    /// the pages are marked used meanwhile. Exits when the owner sets
+    /// `fill_stop`.
+    fn fill_loop(&self) {
+        let mut g = self.inner.lock();
+        while !self.fill_stop.load(Ordering::Acquire) {
+            let want = g.fill_want();
+            if want == 0 {
+                self.idle(&mut g);
+                continue;
+            }
+            let Some((a, p, n)) = g.reserve_fill(want) else {
+                match Mapping::new() {
+                    Ok(m) => {
+                        g.add_arena(m, false);
+                        self.arenas.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Out of address space or memory: allocations report
+                    // it; wait for the next one.
+                    Err(_) => self.idle(&mut g),
+                }
+                continue;
+            };
+            self.publish(&mut g);
+            let ar = g.arenas[a as usize].as_ref().expect("arena with a fill");
+            // SAFETY: p + n <= ARENA_PAGES: inside the arena's mapping.
+            let start = unsafe { ar.base().add(p * PAGE_SIZE) } as usize;
+            parking_lot::MutexGuard::unlocked(&mut g, || {
+                // SAFETY: [start, start + n pages) lies in an arena mapping
+                // that stays mapped while any of its pages is used, and
+                // these are marked used and handed to no span. Populating
+                // changes no byte anyone could observe (fresh pages read as
+                // zero either way); a failure only leaves them to fault in
+                // on first touch.
+                unsafe {
+                    libc::madvise(
+                        start as *mut libc::c_void,
+                        n * PAGE_SIZE,
+                        libc::MADV_POPULATE_WRITE,
+                    );
+                }
+            });
+            let kept = g.finish_fill(a, p, n);
+            self.publish(&mut g);
+            if kept {
+                self.filled.fetch_add(n as u64, Ordering::Relaxed);
+            } else {
+                // The owner gave everything back: wait for it to allocate.
+                self.idle(&mut g);
+            }
+        }
     }
 
     /// Return a run from [`Self::alloc`]. No one may touch its bytes any
@@ -517,6 +755,7 @@ impl PageAlloc {
     /// Returns the bytes given back.
     pub(crate) fn trim(&self, keep_bytes: u64) -> u64 {
         let mut g = self.inner.lock();
+        g.drop_fill |= keep_bytes == 0 && g.filling_pages > 0;
         let rel = g.trim(keep_bytes / PAGE_SIZE as u64);
         self.finish(g, rel)
     }
@@ -534,8 +773,11 @@ impl PageAlloc {
 
     fn publish(&self, inner: &mut Inner) {
         let p = PAGE_SIZE as u64;
-        let held =
-            inner.live_pages + inner.cached_pages + inner.reserve_pages + inner.pending_pages;
+        let held = inner.live_pages
+            + inner.cached_pages
+            + inner.reserve_pages
+            + inner.pending_pages
+            + inner.filling_pages;
         self.held.store(held * p, Ordering::Relaxed);
         self.cached.store(inner.cached_pages * p, Ordering::Relaxed);
         self.reserve
@@ -615,8 +857,152 @@ impl Inner {
     /// grows the pool by more than its own runs plus `GROW_PAGES` (a
     /// caller's budget reserves that much for a store in flight).
     fn grow_pages(&self, n: usize) -> usize {
-        let cap = (self.live_pages / (4 * CACHE_DIVISOR)).min(GROW_PAGES as u64);
-        n.max(cap.saturating_sub(self.cached_pages) as usize)
+        let ahead = self.cached_pages + self.filling_pages;
+        n.max(self.fill_cap().saturating_sub(ahead) as usize)
+    }
+
+    /// Most pages kept faulted in ahead of need, by a fill in an alloc or
+    /// by the fill thread: [`GROW_PAGES`], and 1/64 of the live pages.
+    fn fill_cap(&self) -> u64 {
+        (self.live_pages / (4 * CACHE_DIVISOR)).min(GROW_PAGES as u64)
+    }
+
+    /// Pages the fill thread should fault in now: none while at least half
+    /// the cap is ahead or being filled (hysteresis: one wake-up per half
+    /// cap of allocations), else enough to reach the cap. None either while
+    /// the lists hold a cap's worth: frees keep them stocked where the pool
+    /// takes about as much as it gives back, and pages filled then would
+    /// only be trimmed (each trim lists `ahead`, and a fill after it was
+    /// zapped by the next: a read pass under a budget ran a third slower).
+    /// Runs on the lists do not count towards the cap otherwise: tails of
+    /// split runs, too short for the allocations that come, would hold it.
+    fn fill_want(&self) -> usize {
+        let cap = self.fill_cap();
+        let ahead = self.ahead.map_or(0, |r| r.len() as u64);
+        let have = ahead + self.filling_pages;
+        if have * 2 >= cap || self.cached_pages - ahead >= cap {
+            0
+        } else {
+            (cap - have) as usize
+        }
+    }
+
+    /// The first `n` pages of `ahead`, if it has that many.
+    fn take_ahead(&mut self, n: usize) -> Option<PageRun> {
+        let r = self.ahead.as_mut().filter(|r| r.len() >= n)?;
+        let (a, p) = (r.arena, r.start as usize);
+        r.start += n as u32;
+        let ar = self.arenas[a as usize].as_mut().expect("ahead's arena");
+        set_range(&mut ar.dirty, p, n, false);
+        ar.cached -= n as u32;
+        self.cached_pages -= n as u64;
+        Some(self.run(a, p, n))
+    }
+
+    /// Up to `want` clean pages for the fill thread, marked used and
+    /// counted as filling: those right after `ahead` where they are clean,
+    /// else a run of a small arena (the current one first), `ahead` then
+    /// moving there (what it still holds goes on the lists). None when no
+    /// small arena has a clean page.
+    fn reserve_fill(&mut self, want: usize) -> Option<(u32, usize, usize)> {
+        let extend = self.ahead.and_then(|r| {
+            let ar = self.arenas[r.arena as usize].as_ref()?;
+            let e = r.end as usize;
+            (e < ARENA_PAGES && bit(&ar.clean_bits(), e)).then_some((r.arena, e))
+        });
+        let (a, p) = match extend {
+            Some(at) => at,
+            None => {
+                let mut order = self.current.into_iter().chain(0..self.arenas.len() as u32);
+                let at = order.find_map(|a| {
+                    let ar = self.arenas[a as usize].as_ref()?;
+                    if ar.huge || ar.clean() == 0 {
+                        return None;
+                    }
+                    Some((a, find_run(&ar.clean_bits(), 1)?))
+                })?;
+                self.list_ahead();
+                self.ahead = Some(Ahead {
+                    arena: at.0,
+                    start: at.1 as u32,
+                    end: at.1 as u32,
+                });
+                at
+            }
+        };
+        let ar = self.arenas[a as usize].as_mut().expect("found above");
+        let clean = ar.clean_bits();
+        let mut end = p + 1;
+        while end < ARENA_PAGES && end < p + want && bit(&clean, end) {
+            end += 1;
+        }
+        let n = end - p;
+        set_range(&mut ar.free, p, n, false);
+        ar.used += n as u32;
+        self.filling_pages += n as u64;
+        self.current = Some(a);
+        Some((a, p, n))
+    }
+
+    /// The fill of [`Self::reserve_fill`] is faulted in: its pages join
+    /// `ahead` (or become it, where a trim dropped `ahead` meanwhile).
+    /// Where a trim to nothing ran meanwhile they go back instead, and this
+    /// returns false.
+    fn finish_fill(&mut self, a: u32, p: usize, n: usize) -> bool {
+        let ar = self.arenas[a as usize].as_mut().expect("arena with a fill");
+        self.filling_pages -= n as u64;
+        if std::mem::take(&mut self.drop_fill) {
+            // SAFETY: the range lies in the arena and its pages are handed
+            // to no span (marked used for the fill); nothing reads them.
+            unsafe {
+                libc::madvise(
+                    ar.base().add(p * PAGE_SIZE).cast(),
+                    n * PAGE_SIZE,
+                    libc::MADV_DONTNEED,
+                );
+            }
+            set_range(&mut ar.free, p, n, true);
+            ar.used -= n as u32;
+            ar.fail_len = u32::MAX;
+            return false;
+        }
+        set_range(&mut ar.free, p, n, true);
+        set_range(&mut ar.dirty, p, n, true);
+        ar.used -= n as u32;
+        ar.cached += n as u32;
+        self.cached_pages += n as u64;
+        let fill = Ahead {
+            arena: a,
+            start: p as u32,
+            end: (p + n) as u32,
+        };
+        match &mut self.ahead {
+            Some(r) if r.arena == a && r.end as usize == p => r.end = fill.end,
+            _ => {
+                self.list_ahead();
+                self.ahead = Some(fill);
+            }
+        }
+        true
+    }
+
+    /// Put what `ahead` holds on the lists, as runs of up to
+    /// [`MAX_RUN_PAGES`] pushed from the far end (so pops hand them out in
+    /// ascending order), and drop it: before a trim, which works on the
+    /// lists, and when the fill moves elsewhere.
+    fn list_ahead(&mut self) {
+        let Some(r) = self.ahead.take() else {
+            return;
+        };
+        let (mut q, p) = (r.end as usize, r.start as usize);
+        while q > p {
+            let len = match (q - p) % MAX_RUN_PAGES {
+                0 => MAX_RUN_PAGES,
+                rem => rem,
+            };
+            q -= len;
+            self.cached[len].push((r.arena, q as u32));
+        }
     }
 
     /// Whether a new arena may be huge where huge arenas are allowed: the
@@ -667,6 +1053,9 @@ impl Inner {
         while end < ARENA_PAGES && end < p + grow && bit(&clean, end) {
             end += 1;
         }
+        // Whole runs of `n` only: a shorter tail would sit cached where no
+        // allocation of this length can use it, and count against the cap.
+        end -= (end - p) % n;
         if end - p > 1 {
             // SAFETY: [p, end) lies inside the arena and holds clean pages
             // only: no span owns them, and the lock is held. Populating
@@ -688,10 +1077,7 @@ impl Inner {
             self.cached_pages += extra as u64;
             // Pushed from the far end, so the pops that follow hand the pages
             // out in ascending order, as a fill without growth would.
-            let mut q = p + n + extra / n * n;
-            if q < end {
-                self.cached[end - q].push((a, q as u32));
-            }
+            let mut q = end;
             while q > p + n {
                 q -= n;
                 self.cached[n].push((a, q as u32));
@@ -711,6 +1097,7 @@ impl Inner {
         if self.cached_pages <= keep {
             return rel;
         }
+        self.list_ahead();
         let mut touched = false;
         for a in 0..self.arenas.len() {
             if self.cached_pages <= keep {
@@ -804,7 +1191,15 @@ impl Inner {
 }
 
 #[cfg(test)]
-impl PageAlloc {
+impl Core {
+    /// Wait until the fill thread (if any) is idle, so the figures hold
+    /// still until the next allocation.
+    pub(crate) fn wait_fill_idle(&self) {
+        while self.fill_on.load(Ordering::Relaxed) && !self.inner.lock().filler_idle {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Check the bitmaps, lists and counters against each other.
     pub(crate) fn assert_consistent(&self) {
         let g = self.inner.lock();
@@ -813,6 +1208,9 @@ impl PageAlloc {
             for &(a, p) in list {
                 listed[a as usize].push((p as usize, n));
             }
+        }
+        if let Some(r) = g.ahead {
+            listed[r.arena as usize].push((r.start as usize, r.len()));
         }
         let (mut live, mut cached, mut arenas, mut huge, mut reserve) = (0, 0, 0, 0, 0);
         for (a, ar) in g.arenas.iter().enumerate() {
@@ -841,7 +1239,10 @@ impl PageAlloc {
                 reserve += ar.clean() as u64;
             }
         }
-        assert_eq!((live, cached), (g.live_pages, g.cached_pages));
+        assert_eq!(
+            (live, cached),
+            (g.live_pages + g.filling_pages, g.cached_pages)
+        );
         assert_eq!((huge, reserve), (g.huge_arenas, g.reserve_pages));
         assert!(huge == 0 || self.huge_ok, "huge arenas only where allowed");
         // The cache bound holds between operations.
@@ -855,6 +1256,26 @@ impl PageAlloc {
         assert_eq!(self.reserve_bytes(), reserve * p);
         assert_eq!(self.cached_bytes(), cached * p);
         assert_eq!(self.arenas(), arenas);
+    }
+
+    /// Lengths of the runs on the cached lists.
+    pub(crate) fn listed_lengths(&self) -> Vec<usize> {
+        let g = self.inner.lock();
+        (0..=MAX_RUN_PAGES)
+            .flat_map(|n| std::iter::repeat_n(n, g.cached[n].len()))
+            .collect()
+    }
+
+    /// The first page and length of `ahead`.
+    pub(crate) fn ahead(&self) -> Option<(*const u8, usize)> {
+        let g = self.inner.lock();
+        let r = g.ahead?;
+        let ar = g.arenas[r.arena as usize].as_ref()?;
+        // SAFETY: start < ARENA_PAGES: inside the arena.
+        Some((
+            unsafe { ar.base().add(r.start as usize * PAGE_SIZE) }.cast_const(),
+            r.len(),
+        ))
     }
 
     /// Every clean page of every arena, by address.
@@ -1162,7 +1583,18 @@ mod tests {
 
     #[test]
     fn concurrent_alloc_free_keeps_runs_private() {
-        let pa = PageAlloc::new(true);
+        concurrent_alloc_free(PageAlloc::new(true));
+    }
+
+    /// As above with the fill thread faulting pages in meanwhile (the
+    /// threads grow the provider to ~80 MiB, past where it starts).
+    #[test]
+    fn concurrent_alloc_free_with_the_fill_thread() {
+        let pa = PageAlloc::with_fill(false, true);
+        concurrent_alloc_free(pa);
+    }
+
+    fn concurrent_alloc_free(pa: PageAlloc) {
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let pa = &pa;
@@ -1188,7 +1620,63 @@ mod tests {
                 });
             }
         });
+        // A fill that ended after the last free is cached: give it back.
+        pa.wait_fill_idle();
         pa.assert_consistent();
+        pa.trim(0);
+        assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
+    }
+
+    /// Clean pages faulted in with a run are cached as whole runs of its
+    /// length: a shorter tail could serve no allocation of that length and
+    /// took the cap from it (a pool of 8-page runs held 56 single pages and
+    /// faulted every run in by itself).
+    #[test]
+    fn a_fill_in_an_allocation_caches_whole_runs() {
+        let pa = PageAlloc::new(false);
+        let keep: Vec<_> = (0..2000).map(|_| pa.alloc(3).unwrap()).collect();
+        let lens = pa.listed_lengths();
+        assert!(!lens.is_empty(), "pages are faulted in ahead");
+        assert!(lens.iter().all(|&n| n == 3), "cached runs {lens:?}");
+        pa.assert_consistent();
+        for r in keep {
+            pa.free(r);
+        }
+        assert_eq!(pa.held_bytes(), 0);
+    }
+
+    /// Once the provider holds 4 MiB, its fill thread keeps a range of
+    /// faulted-in pages, and an allocation no cached run can serve takes
+    /// the head of it.
+    #[test]
+    fn allocations_take_the_pages_filled_ahead() {
+        let pa = PageAlloc::with_fill(false, true);
+        let mut keep: Vec<_> = (0..1100).map(|_| pa.alloc(1).unwrap()).collect();
+        let t0 = std::time::Instant::now();
+        while pa.filled_bytes() == 0 {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "the fill thread filled nothing"
+            );
+            keep.push(pa.alloc(1).unwrap());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        pa.wait_fill_idle();
+        pa.assert_consistent();
+        let (head, len) = pa.ahead().expect("pages filled ahead");
+        // Runs of one page on the lists (grown by allocations of one) serve
+        // no allocation of three; the filled range does.
+        assert!(len >= 3 && pa.listed_lengths().iter().all(|&n| n < 3));
+        let r = pa.alloc(3).unwrap();
+        assert_eq!(r.as_ptr().cast_const(), head, "the head of the range");
+        keep.push(r);
+        pa.wait_fill_idle();
+        pa.assert_consistent();
+        for r in keep {
+            pa.free(r);
+        }
+        pa.wait_fill_idle();
+        pa.trim(0);
         assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
     }
 

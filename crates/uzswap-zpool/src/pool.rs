@@ -24,6 +24,11 @@ pub struct PoolConfig {
     /// and to give back, where a fresh huge page is cheap to clear. Off
     /// (the default): every arena is faulted 4 KiB at a time.
     pub huge_arenas: bool,
+    /// Once the pool holds 4 MiB, a thread faults in the pages the next
+    /// spans will take, ahead of the stores that take them (see
+    /// `page_alloc`, "Filling ahead"): a store then pops pages already
+    /// faulted in. On (the default) unless huge arenas are.
+    pub fill_ahead: bool,
 }
 
 impl Default for PoolConfig {
@@ -31,6 +36,7 @@ impl Default for PoolConfig {
         Self {
             max_pages_per_span: DEFAULT_MAX_PAGES_PER_SPAN,
             huge_arenas: false,
+            fill_ahead: true,
         }
     }
 }
@@ -74,7 +80,7 @@ impl ZsPool {
             classes,
             handles: HandleTable::new(),
             spans: SpanTable::new(),
-            pages: PageAlloc::new(config.huge_arenas),
+            pages: PageAlloc::with_fill(config.huge_arenas, config.fill_ahead),
             counters: Counters::default(),
         }
     }
@@ -377,6 +383,7 @@ impl ZsPool {
             arenas: self.pages.arenas(),
             huge_arenas: self.pages.huge_arenas(),
             reserve_bytes: self.pages.reserve_bytes(),
+            filled_bytes: self.pages.filled_bytes(),
             metadata_bytes: self.handles.table_bytes(),
             ..Default::default()
         };

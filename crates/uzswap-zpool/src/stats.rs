@@ -26,6 +26,9 @@ pub struct PoolStats {
     /// Pages of huge arenas no span has used yet: faulted in with their
     /// huge page, so part of `pool_total_size` (about one arena at most).
     pub reserve_bytes: u64,
+    /// Bytes the pool's fill thread faulted in ahead of the spans that
+    /// took them (a running total; `PoolConfig::fill_ahead`).
+    pub filled_bytes: u64,
     /// Bytes handed out to live objects (their requested sizes).
     pub used_bytes: u64,
     pub objects: u64,

@@ -30,6 +30,7 @@ impl ZsPool {
     /// Every invariant, checked against the internals; the pool must be
     /// quiescent.
     fn assert_consistent(&self) {
+        self.pages.wait_fill_idle();
         let mut objects = 0;
         let mut used = 0;
         let mut spans = 0;
@@ -470,6 +471,8 @@ fn page_sized_objects_reuse_cached_pages() {
     let mut live: Vec<(Handle, u64, usize)> = (0..2048)
         .map(|id| (pool.store(&content(id, PAGE_SIZE)).unwrap(), id, PAGE_SIZE))
         .collect();
+    // The fill thread's work for the growth above is done.
+    pool.pages.wait_fill_idle();
     let arenas = pool.stats().arenas;
     assert!(arenas >= 4, "{arenas} arenas for 8 MiB");
     for id in 2048..22_048 {
@@ -557,4 +560,45 @@ fn a_released_span_is_wiped_before_the_next_span_gets_its_pages() {
         "the cached page is reused"
     );
     pool.read(h, |obj| assert_eq!(obj, &content(99, PAGE_SIZE)[..]));
+}
+
+#[test]
+fn the_fill_thread_faults_pages_in_ahead_of_stores() {
+    // Half-page objects: a growing pool, as a store-only workload makes it.
+    let len = PAGE_SIZE / 2;
+    let fill_on = ZsPool::new();
+    let fill_off = ZsPool::with_config(PoolConfig {
+        fill_ahead: false,
+        ..PoolConfig::default()
+    });
+    let mut live = Vec::new();
+    for id in 0..16 * 1024u64 {
+        live.push((fill_on.store(&content(id, len)).unwrap(), id, len));
+        fill_off.store(&content(id, len)).unwrap();
+    }
+    assert_eq!(
+        fill_off.stats().filled_bytes,
+        0,
+        "no thread where not asked"
+    );
+    // The thread starts at 4 MiB and tops the cache up after allocations;
+    // it has had 28 MiB of them.
+    let t0 = Instant::now();
+    while fill_on.stats().filled_bytes == 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let s = fill_on.stats();
+    assert!(s.filled_bytes > 0, "the fill thread filled nothing");
+    fill_on.pages.wait_fill_idle();
+    fill_on.assert_consistent();
+    check_live(&fill_on, &live);
+    // Filling moves faults earlier and holds little more: the filled range
+    // and the lists each stay within the cap a fill in an allocation keeps
+    // (64 pages), where the other pool's lists alone do.
+    let (a, b) = (fill_on.total_size(), fill_off.total_size());
+    assert!(
+        a.abs_diff(b) <= 2 * 64 * PAGE_SIZE as u64,
+        "{a} held against {b}"
+    );
+    drop(fill_on); // joins the thread
 }

@@ -376,6 +376,11 @@ impl Default for Config {
                 // The budget is this instance's memory pressure; machine-wide
                 // PSI would make its writeback depend on other programs.
                 psi_trigger: None,
+                // Off: the evictor stores off the faulting threads' path
+                // already; with the fill thread too, usemem's skewed text
+                // row under zram-lz4's memory ran ~8% slower on 2 vCPUs
+                // (docs/BENCHMARKS.md, "The pool fills ahead").
+                fill_ahead: false,
                 ..ZswapConfig::default()
             },
             // Measured with usemem (mixed, 1 GiB over 722 MiB, 2 workers,

@@ -207,6 +207,13 @@ pub struct ZswapConfig {
     /// new huge page costs milliseconds of host faults to clear, more than
     /// the 4 KiB faults it saves (docs/BENCHMARKS.md, "Huge arenas off").
     pub huge_arenas: bool,
+    /// Let a thread of the pool fault its pages in ahead of the stores that
+    /// take them, once it holds 4 MiB (`zpool::PoolConfig::fill_ahead`), so
+    /// a growing pool's stores do not wait for page faults (default on). The
+    /// front end turns it off: its stores run in its evictor, off the
+    /// faulting threads' path already, and a second thread only took CPU
+    /// from them (docs/BENCHMARKS.md, "The pool fills ahead").
+    pub fill_ahead: bool,
 }
 
 impl Default for ZswapConfig {
@@ -232,6 +239,7 @@ impl Default for ZswapConfig {
             recompress: None,
             psi_trigger: Some("some 150000 1000000".into()),
             huge_arenas: false,
+            fill_ahead: true,
         }
     }
 }
@@ -450,6 +458,7 @@ impl Zswap {
             dense,
             pool: ZsPool::with_config(PoolConfig {
                 huge_arenas: cfg.huge_arenas,
+                fill_ahead: cfg.fill_ahead,
                 ..PoolConfig::default()
             }),
             tree: Tree::new(),
