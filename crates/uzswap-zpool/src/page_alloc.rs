@@ -13,11 +13,17 @@
 //! ```text
 //!  clean  free, not dirty: never touched or given back; holds no memory,
 //!         except in a huge arena, whose clean pages are its reserve
-//!  used   not free: part of a live span
-//!  cached free and dirty: on a free list; may hold memory
+//!  used   not free: part of a live span, or being filled (below)
+//!  cached free and dirty: on a free list, or in `ahead`; may hold memory
 //!  clean --alloc (fresh space)--> used --free--> cached --pop--> used
 //!  cached --trim: MADV_DONTNEED, or munmap of a wholly free arena--> clean
+//!  clean --fill thread reserves--> used (filling, no span; lock dropped)
+//!  filling --faulted in--> cached (`ahead`) --an alloc takes its head--> used
+//!  filling --a trim to nothing ran, or no live run left--> clean
 //! ```
+//! Every transition happens under the provider's mutex; the one step
+//! outside it, faulting a filling range in, touches pages no one else may
+//! take, trim or unmap while they are marked used.
 //! Allocation order: a cached run of exactly the length, else the shortest
 //! longer cached run split (its tail stays cached), else the head of the
 //! pages filled ahead (below), else clean pages of an arena (first fit),
@@ -211,6 +217,21 @@ fn ranges(bits: &Bits) -> Vec<(usize, usize)> {
     out
 }
 
+/// Fault `pages` pages at `start` in with one `MADV_POPULATE_WRITE` (one
+/// kernel entry instead of a fault per page). Populating changes no byte
+/// anyone could observe (fresh pages read as zero either way); a failure
+/// (an old kernel) only leaves them to fault in on first touch, and they
+/// are counted either way.
+///
+/// # Safety
+/// The range lies in one arena mapping, and no span owns its pages.
+unsafe fn populate(start: *mut u8, pages: usize) {
+    // SAFETY: the caller's range, in our mapping.
+    unsafe {
+        libc::madvise(start.cast(), pages * PAGE_SIZE, libc::MADV_POPULATE_WRITE);
+    }
+}
+
 /// A run of whole pages handed to one span. Plain data: its memory goes back
 /// only through [`Core::free`] (or with the whole provider).
 pub(crate) struct PageRun {
@@ -283,16 +304,8 @@ impl Mapping {
     /// page where the kernel has one; its pages become reserve when added.
     fn populate(&self) {
         // SAFETY: the whole arena is ours, fresh and not yet handed to any
-        // span; populating changes no byte a program could observe. A
-        // failure (an old kernel) only means the pages fault in on first
-        // touch; they are counted either way.
-        unsafe {
-            libc::madvise(
-                self.0.as_ptr().cast(),
-                ARENA_BYTES,
-                libc::MADV_POPULATE_WRITE,
-            );
-        }
+        // span.
+        unsafe { populate(self.0.as_ptr(), ARENA_PAGES) };
     }
 
     fn map(len: usize) -> Result<*mut libc::c_void, AllocError> {
@@ -702,21 +715,12 @@ impl Core {
             self.publish(&mut g);
             let ar = g.arenas[a as usize].as_ref().expect("arena with a fill");
             // SAFETY: p + n <= ARENA_PAGES: inside the arena's mapping.
-            let start = unsafe { ar.base().add(p * PAGE_SIZE) } as usize;
+            let start = unsafe { ar.base().add(p * PAGE_SIZE) };
             parking_lot::MutexGuard::unlocked(&mut g, || {
-                // SAFETY: [start, start + n pages) lies in an arena mapping
-                // that stays mapped while any of its pages is used, and
-                // these are marked used and handed to no span. Populating
-                // changes no byte anyone could observe (fresh pages read as
-                // zero either way); a failure only leaves them to fault in
-                // on first touch.
-                unsafe {
-                    libc::madvise(
-                        start as *mut libc::c_void,
-                        n * PAGE_SIZE,
-                        libc::MADV_POPULATE_WRITE,
-                    );
-                }
+                // SAFETY: the range lies in an arena mapping that stays
+                // mapped while any of its pages is used, and these are
+                // marked used and handed to no span.
+                unsafe { populate(start, n) };
             });
             let kept = g.finish_fill(a, p, n);
             self.publish(&mut g);
@@ -994,21 +998,28 @@ impl Inner {
     }
 
     /// Put what `ahead` holds on the lists, as runs of up to
-    /// [`MAX_RUN_PAGES`] pushed from the far end (so pops hand them out in
-    /// ascending order), and drop it: before a trim, which works on the
+    /// [`MAX_RUN_PAGES`], and drop it: before a trim, which works on the
     /// lists, and when the fill moves elsewhere.
     fn list_ahead(&mut self) {
-        let Some(r) = self.ahead.take() else {
-            return;
-        };
-        let (mut q, p) = (r.end as usize, r.start as usize);
+        if let Some(r) = self.ahead.take() {
+            self.list_range(r.arena, r.start as usize, r.end as usize, MAX_RUN_PAGES);
+        }
+    }
+
+    /// List cached pages `[p, end)` of arena `a` as runs of `len` (a
+    /// shorter one at the far end where `len` does not divide the range),
+    /// pushed from the far end, so the pops that follow hand them out in
+    /// ascending order, as a fill without growth would. The caller has
+    /// counted them cached.
+    fn list_range(&mut self, a: u32, p: usize, end: usize, len: usize) {
+        let mut q = end;
         while q > p {
-            let len = match (q - p) % MAX_RUN_PAGES {
-                0 => MAX_RUN_PAGES,
+            let run = match (q - p) % len {
+                0 => len,
                 rem => rem,
             };
-            q -= len;
-            self.cached[len].push((r.arena, q as u32));
+            q -= run;
+            self.cached[run].push((a, q as u32));
         }
     }
 
@@ -1065,30 +1076,15 @@ impl Inner {
         end -= (end - p) % n;
         if end - p > 1 {
             // SAFETY: [p, end) lies inside the arena and holds clean pages
-            // only: no span owns them, and the lock is held. Populating
-            // changes no byte a program could observe (fresh pages read as
-            // zero either way); a failure (an old kernel) only means the
-            // pages fault in on first touch instead.
-            unsafe {
-                libc::madvise(
-                    ar.base().add(p * PAGE_SIZE).cast(),
-                    (end - p) * PAGE_SIZE,
-                    libc::MADV_POPULATE_WRITE,
-                );
-            }
+            // only: no span owns them, and the lock is held.
+            unsafe { populate(ar.base().add(p * PAGE_SIZE), end - p) };
         }
         let extra = end - (p + n);
         if extra > 0 {
             set_range(&mut ar.dirty, p + n, extra, true);
             ar.cached += extra as u32;
             self.cached_pages += extra as u64;
-            // Pushed from the far end, so the pops that follow hand the pages
-            // out in ascending order, as a fill without growth would.
-            let mut q = end;
-            while q > p + n {
-                q -= n;
-                self.cached[n].push((a, q as u32));
-            }
+            self.list_range(a, p + n, end, n);
         }
         Some(self.run(a, p, n))
     }

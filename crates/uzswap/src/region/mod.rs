@@ -378,8 +378,9 @@ impl Default for Config {
                 psi_trigger: None,
                 // Off: the evictor stores off the faulting threads' path
                 // already; with the fill thread too, usemem's skewed text
-                // row under zram-lz4's memory ran ~8% slower on 2 vCPUs
-                // (docs/BENCHMARKS.md, "The pool fills ahead").
+                // row at zram-lz4's memory ran 792 MB/s against 885 without
+                // it (medians, 2 vCPUs; docs/BENCHMARKS.md, "The pool fills
+                // ahead").
                 fill_ahead: false,
                 ..ZswapConfig::default()
             },
