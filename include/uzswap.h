@@ -61,7 +61,9 @@ typedef enum uzswap_handler {
 typedef struct uzswap_config {
     size_t size;               /* sizeof(uzswap_config_t); set by uzswap_config_default */
     uint64_t budget;           /* bytes of resident + compressed memory; 0 = no budget */
-    uint32_t folio_order;      /* chunk = 4 KiB << folio_order, 0..9 (default 4) */
+    uint32_t folio_order;      /* folio = 4 KiB << folio_order, 0..9 (default 4): the
+                                  chunk up to order 4 (64 KiB); larger, the read-ahead
+                                  window of forward scans */
     uzswap_handler_t handler;  /* default UZSWAP_HANDLER_BLOCK */
     const char *compressor;    /* "lz4", "lzo", "zstd", "zstd:3", "deflate"...; NULL = default (lz4) */
     bool writeback;            /* write the coldest compressed pages to a swap file (default true) */

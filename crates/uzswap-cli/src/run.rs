@@ -28,7 +28,9 @@ pub struct Args {
     /// Compressor (lz4, lzo, zstd[:level], deflate[:level]).
     #[arg(long, default_value = "lz4")]
     pub compressor: String,
-    /// Chunk size: the unit of eviction and of most faults (4K..2M).
+    /// Folio size (4K..2M): the chunk, the unit of eviction and of most
+    /// faults, up to 64K; a larger folio is the read-ahead window of
+    /// forward scans through evicted memory.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
     /// Directory of the swap file the coldest pages are written back to.

@@ -74,7 +74,8 @@ pub struct Args {
     /// Compressor: lz4, zstd[:level], lzo, deflate[:level].
     #[arg(long, default_value = "lz4")]
     pub compressor: String,
-    /// Folio (chunk) size, 4K..2M, a power of two.
+    /// Folio size, 4K..2M, a power of two: the chunk up to 64K, larger the
+    /// read-ahead window of forward scans.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
     /// Directory of the swap device (default: $TMPDIR, else /tmp).

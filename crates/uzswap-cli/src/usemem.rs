@@ -91,7 +91,9 @@ pub struct Args {
     /// cold pool entries with before it writes any back. Default: none.
     #[arg(long)]
     pub recompress: Option<String>,
-    /// Folio (chunk) size, 4K..2M, a power of two.
+    /// Folio size, 4K..2M, a power of two. uzswap: the chunk up to 64K; a
+    /// larger folio is the read-ahead window of forward scans. The kernel
+    /// backends: the mTHP size.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
     #[arg(long, value_enum, default_value = "uzswap")]

@@ -416,46 +416,50 @@ fn a_written_back_page_comes_in_alone() {
 }
 
 #[test]
-fn groups_of_several_pages_in_large_chunks() {
-    // 256 KiB chunks: 64 pages in 16 groups of 4.
+fn a_large_folio_is_a_scans_read_ahead_window_not_a_larger_chunk() {
+    // 256 KiB folios: chunks of 64 KiB (the largest), windows of four.
     let Some((uz, r)) = stored_region(Config {
         folio_order: 6,
         ..cfg()
     }) else {
         return;
     };
-    let per = 1 << 6;
-    let group = (4 * PAGE_SIZE) as u64;
-    // A random read maps its whole group, write-protected, copies kept.
-    check(&r, per + 9);
-    let st = uz.stats();
-    assert_eq!((st.faults_partial, st.partial_filled), (1, 0), "{st:?}");
-    assert_eq!(st.resident_bytes, group);
-    assert_eq!(st.zswap.clean_pages, 4);
-    for i in per + 8..per + 12 {
+    let chunk = uz.chunk_bytes();
+    assert_eq!(chunk, PER * PAGE_SIZE, "chunks stop at 64 KiB");
+
+    // A forward scan from the region's start. Chunk 0 enters alone
+    // (nothing mapped before it); chunk 1 reads one chunk ahead (the run
+    // behind it is one); chunk 3 ends the window, so it reads none; chunk
+    // 4 starts the next window with four mapped behind it and reads the
+    // rest of it, 5 to 7.
+    for i in 0..8 * PER {
         check(&r, i);
     }
-    assert_eq!(uz.stats().pgmajfault, 1, "the group's pages are mapped");
-    // Another group further on comes in alone too.
-    check(&r, per + 30);
     let st = uz.stats();
-    assert_eq!((st.faults_partial, st.resident_bytes), (2, 2 * group));
-    // The group right after a mapped one completes the chunk.
-    check(&r, per + 12);
+    assert_eq!((st.pgmajfault, st.prefetched), (4, 4), "{st:?}");
+    assert_eq!(st.faults_partial, 0, "{st:?}");
+    assert_eq!(st.resident_bytes, 8 * chunk as u64);
+
+    // A random read maps its page alone: the unit of a fault is still the
+    // chunk's page, and nothing is read ahead for it.
+    check(&r, 12 * PER + 9);
     let st = uz.stats();
-    assert_eq!((st.faults_partial, st.partial_filled), (2, 1), "{st:?}");
-    assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
-    for i in per..2 * per {
-        check(&r, i);
-    }
-    // Evicted, the chunk claims its copies and reads back byte-exact.
-    r.advise(per * PAGE_SIZE..2 * per * PAGE_SIZE, Advice::PageOut)
-        .unwrap();
-    assert_eq!(uz.stats().resident_bytes, 0);
+    assert_eq!((st.faults_partial, st.prefetched), (1, 4), "{st:?}");
+    assert_eq!(st.resident_bytes, 8 * chunk as u64 + PAGE_SIZE as u64);
+
+    // Chunks read ahead are chunks like the others: evicted one by one
+    // and read back byte-exact.
+    r.advise(5 * chunk..6 * chunk, Advice::PageOut).unwrap();
+    assert_eq!(
+        uz.stats().resident_bytes,
+        7 * chunk as u64 + PAGE_SIZE as u64
+    );
     for i in 0..r.len() / PAGE_SIZE {
         check(&r, i);
     }
-    assert_eq!(uz.stats().fault_errors, 0);
+    let st = uz.stats();
+    assert_eq!(st.fault_errors, 0, "{st:?}");
+    assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
 }
 
 #[test]

@@ -55,7 +55,9 @@ pub const DIRTY: u32 = 1 << 24;
 /// region's pin lock, from the chunk's pin count.
 pub const PINNED: u32 = 1 << 31;
 /// Groups a chunk is split into for partial faults: a chunk of n pages has
-/// groups of `max(1, n / GROUPS)` pages.
+/// groups of `max(1, n / GROUPS)` pages, one page while chunks stop at 16
+/// pages (`region::MAX_CHUNK_ORDER`); the mask is general so that the
+/// bound is one constant.
 pub const GROUPS: usize = 16;
 /// The mask of mapped groups of a PART word.
 pub const MASK_BITS: u32 = 0xffff << MASK_SHIFT;

@@ -327,6 +327,16 @@ pub(super) fn maybe_kick(sh: &Shared) {
     }
 }
 
+/// Whether `bytes` more may be installed now without evicting: under the
+/// backstop's limit with room left for every installer's chunk, as a fault
+/// that passes the backstop would find it. Read-ahead asks, and never
+/// evicts for what it only guesses will be used.
+pub(super) fn room_for(sh: &Shared, bytes: u64) -> bool {
+    let incoming = (sh.chunk * sh.installers()) as u64;
+    !sh.frozen.load(Acquire)
+        && sh.usage() + incoming + bytes <= sh.cfg.budget.saturating_sub(margin(sh))
+}
+
 /// Called by the fault handler before installing a chunk: if that would
 /// leave less than the fault margin under the budget, wait for the
 /// evictions in flight to make the room, or take a slot and evict a step

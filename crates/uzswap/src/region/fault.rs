@@ -330,7 +330,11 @@ fn resolve_in(
                 } else if let Some(p) = sub_chunk(sh, r, ci, addr, 0) {
                     install_group(sh, r, ci, p, 0, write, scratch)
                 } else {
-                    install(sh, r, ci, write, false, scratch)
+                    let res = install(sh, r, ci, write, false, scratch);
+                    if res == Installed::Yes {
+                        read_ahead(sh, r, ci, write, scratch);
+                    }
+                    res
                 };
                 if res == Installed::Unreadable {
                     poison(sh, r, ci, page, fault);
@@ -722,7 +726,7 @@ fn install(
         return Installed::Unreadable;
     }
     let flags = workingset_refault(sh, r, ci, None);
-    if write || !prefetch {
+    if !prefetch {
         sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     } else {
         sh.ctr.prefetched.fetch_add(1, Relaxed);
@@ -755,6 +759,61 @@ fn install(
     chunk::release(&r.state[ci], to, REJECTED | ACTIVE, REF | flags);
     settled(sh, base);
     Installed::Yes
+}
+
+/// A forward scan's read-ahead through stored memory, where the folio is
+/// larger than the chunk (`Config::folio_order` past `MAX_CHUNK_ORDER`):
+/// after a scan entered chunk `ci` and installed it whole (BUSY no longer;
+/// `sub_chunk` judged the scan), install the stored chunks after it in its
+/// aligned folio window, as many as the run of mapped chunks that led to
+/// it (the kernel's readahead ramp, as `zero_ramp` for first touches: an
+/// isolated entry takes one chunk, a long scan the window), while there
+/// is room under the backstop's limit (`evict::room_for`): it never evicts
+/// for a guess, and the evictor, kicked, makes the room back. They go in as the fault's chunk did
+/// (a writing scan's writable), counted `prefetched`, not as faults. The
+/// unit of faults and eviction stays the chunk, so a random read still
+/// brings in one page and an eviction takes what is cold of a window, not
+/// the window: the unit grows only where the access is sequential. It
+/// stops at the first chunk that is not STORED or cannot be installed.
+fn read_ahead(sh: &Shared, r: &RegionInner, ci: usize, write: bool, scratch: &mut [u8]) {
+    let per = 1usize << sh.cfg.folio_order.saturating_sub(sh.order);
+    if per <= 1 || !sh.cfg.partial_faults {
+        return;
+    }
+    let mapped = |c: &AtomicU32| matches!(chunk::state(c.load(Relaxed)), RESIDENT | CLEAN);
+    let behind = r.state[..ci]
+        .iter()
+        .rev()
+        .take(per)
+        .take_while(|c| mapped(c))
+        .count();
+    let end = ((ci / per + 1) * per)
+        .min(r.state.len())
+        .min(ci + 1 + behind);
+    let mut last = None;
+    for c in ci + 1..end {
+        if !evict::room_for(sh, sh.chunk as u64)
+            || chunk::transition(&r.state[c], STORED, BUSY, 0, 0).is_err()
+        {
+            break;
+        }
+        if !write && sh.cfg.keep_copy {
+            sh.keep.kept(sh.zswap.clean_dropped());
+        }
+        // A chunk that could not be installed is back to STORED with its
+        // data where it was; the fault that reaches it reports it.
+        if install(sh, r, c, write, true, scratch) != Installed::Yes {
+            break;
+        }
+        last = Some(c);
+    }
+    if let Some(c) = last {
+        // The scan enters the next window from a chunk it did not fault
+        // on: `sub_chunk` looks for a recent fault in the chunk before.
+        sh.recent
+            .note(r.chunk_addr(c, sh.chunk) + sh.chunk - PAGE_SIZE);
+        evict::maybe_kick(sh);
+    }
 }
 
 /// A PARTIAL chunk takes faults one group at a time until it has this

@@ -4,8 +4,9 @@
 //! A [`Uzswap`] instance owns one userfaultfd, one [`Zswap`] cache, one
 //! budget and the figures. [`Region`]s are anonymous mappings registered with
 //! that userfaultfd for missing and write-protect faults. Memory is handled
-//! in *chunks* of one folio (`PAGE_SIZE << folio_order`, aligned within the
-//! region): a fault installs its whole chunk with one `UFFDIO_COPY`, and the
+//! in *chunks* of one folio up to 64 KiB (`PAGE_SIZE << folio_order`, at
+//! most [`MAX_CHUNK_ORDER`], aligned within the region; a larger folio is
+//! the read-ahead window of forward scans): a fault installs its whole chunk with one `UFFDIO_COPY`, and the
 //! evictor stores whole chunks with one `store_folio`. A fault on
 //! never-touched memory zero-fills untouched chunks of the aligned
 //! `zero_fill_around` window (2 MiB) at once while the budget has room, as
@@ -94,8 +95,8 @@
 //! write-protected with its copy as CLEAN's (or none) or, only with DIRTY,
 //! writable with no copy, and every other page unmapped and in the cache;
 //! STORED implies unmapped and every page of the chunk in the cache.
-//! A chunk is split into 16 groups (one page each in chunks up to 64 KiB,
-//! `chunk::group_pages`). A PARTIAL chunk is charged its mapped pages; its
+//! A chunk is split into up to 16 groups (`chunk::group_pages`): one page
+//! each, since a chunk is at most 16 pages ([`MAX_CHUNK_ORDER`]). A PARTIAL chunk is charged its mapped pages; its
 //! word carries m (`chunk::PART`) through BUSY and EVICTING, so teardown
 //! knows what an owned chunk holds.
 //!
@@ -186,6 +187,16 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use userfaultfd::{IoctlFlags, RegisterMode, Uffd};
 
+/// The largest chunk: 16 pages, one page per group of a partial chunk
+/// (`chunk::GROUPS`). A larger chunk's groups are several pages, and its
+/// whole is the unit of eviction: with 2 MiB chunks a random 4 KiB read
+/// brought in 128 KiB, and an eviction stored whatever else was mapped,
+/// its hot pages with it (usemem's skewed reads of 1 GiB under 740 MiB:
+/// 74 MB/s against 1012 with 64 KiB chunks, 41 pages decompressed a fault;
+/// docs/BENCHMARKS.md). A larger folio is the read-ahead window of forward
+/// scans instead, so the unit still grows where the access is sequential.
+pub const MAX_CHUNK_ORDER: u32 = 4;
+
 /// How a handler thread waits for the next fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -218,7 +229,10 @@ pub struct Config {
     /// Resident bytes plus pool bytes may not exceed this (`u64::MAX`: no
     /// budget, nothing is evicted unless hinted).
     pub budget: u64,
-    /// Chunk size is `PAGE_SIZE << folio_order` (0..=9).
+    /// The folio, `PAGE_SIZE << folio_order` (0..=9): the chunk, the unit
+    /// of faults and eviction, up to 64 KiB ([`MAX_CHUNK_ORDER`]); a larger
+    /// folio is the window a forward scan through stored memory reads ahead
+    /// to (`fault::read_ahead`).
     pub folio_order: u32,
     /// The cache below (compressor, engine workers, pool limit...).
     pub zswap: ZswapConfig,
@@ -789,7 +803,8 @@ impl Uzswap {
                 cfg.pool_share_percent
             )));
         }
-        let chunk = PAGE_SIZE << cfg.folio_order;
+        let order = cfg.folio_order.min(MAX_CHUNK_ORDER);
+        let chunk = PAGE_SIZE << order;
         let min = min_budget(&cfg);
         if cfg.budget < min {
             return Err(RegionError::Config(format!(
@@ -870,7 +885,7 @@ impl Uzswap {
         };
         let sh = Arc::new(Shared {
             chunk,
-            order: cfg.folio_order,
+            order,
             batch_bytes,
             high,
             low,
@@ -1076,7 +1091,7 @@ impl Uzswap {
 /// coming in). Below it the watermarks sit at zero and every charge point
 /// overruns: a budget that cannot be kept is refused, not ignored.
 pub fn min_budget(cfg: &Config) -> u64 {
-    let chunk = PAGE_SIZE << cfg.folio_order.min(MAX_ORDER);
+    let chunk = PAGE_SIZE << cfg.folio_order.min(MAX_CHUNK_ORDER);
     // One eviction at a time is enough to keep the budget; more run at
     // once only where the budget has room for their stores (`evictors`).
     let evictors = cfg.evictors.clamp(1, evict::MAX_EVICTORS);

@@ -1441,9 +1441,15 @@ mod tests {
     fn budgets_are_a_share_of_the_plain_peak_in_whole_mib() {
         assert_eq!(budget_for(300 << 20, 0.5, 64 << 10), 150 << 20);
         assert_eq!(budget_for((300 << 20) + 4, 0.5, 64 << 10), 151 << 20);
-        // Never below what one chunk in flight needs.
+        // Never below what the configuration needs (the fault margin and
+        // two chunks), rounded up to whole MiB.
         let tiny = budget_for(1 << 20, 0.5, 2 << 20);
-        assert!(tiny >= 4 << 20, "{tiny}");
+        let min = uzswap::region::min_budget(&uzswap::UzswapConfig {
+            folio_order: 9,
+            ..Default::default()
+        });
+        assert!(tiny > 1 << 20 && tiny >= min, "{tiny} {min}");
+        assert_eq!(tiny % (1 << 20), 0);
     }
 
     #[test]
