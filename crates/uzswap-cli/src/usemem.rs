@@ -122,8 +122,11 @@ pub struct Args {
     /// Print one JSON object with the figures as the last line of stdout.
     #[arg(long)]
     pub json: bool,
-    /// uzswap: how the fault handler waits for faults.
-    #[arg(long, value_enum, default_value = "block")]
+    /// uzswap: how faults are resolved. usemem's workers never hand region
+    /// memory to a system call, so the default resolves each fault in the
+    /// thread that took it (`signal`: no handler-thread wake-ups; 6-40%
+    /// faster than `block` on every row, docs/BENCHMARKS.md).
+    #[arg(long, value_enum, default_value = "signal")]
     pub handler: Handler,
     /// uzswap: with `--handler spin`, microseconds to poll before sleeping.
     #[arg(long, default_value_t = 200)]
