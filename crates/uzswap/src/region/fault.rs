@@ -769,8 +769,9 @@ fn install(
 /// it (the kernel's readahead ramp, as `zero_ramp` for first touches: an
 /// isolated entry takes one chunk, a long scan the window), while there
 /// is room under the backstop's limit (`evict::room_for`): it never evicts
-/// for a guess, and the evictor, kicked, makes the room back. They go in as the fault's chunk did
-/// (a writing scan's writable), counted `prefetched`, not as faults. The
+/// for a guess, and the evictor, kicked, makes the room back. They go in
+/// as the fault's chunk did (a writing scan's writable), counted
+/// `prefetched`, not as faults. The
 /// unit of faults and eviction stays the chunk, so a random read still
 /// brings in one page and an eviction takes what is cold of a window, not
 /// the window: the unit grows only where the access is sequential. It

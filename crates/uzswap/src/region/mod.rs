@@ -6,8 +6,9 @@
 //! that userfaultfd for missing and write-protect faults. Memory is handled
 //! in *chunks* of one folio up to 64 KiB (`PAGE_SIZE << folio_order`, at
 //! most [`MAX_CHUNK_ORDER`], aligned within the region; a larger folio is
-//! the read-ahead window of forward scans): a fault installs its whole chunk with one `UFFDIO_COPY`, and the
-//! evictor stores whole chunks with one `store_folio`. A fault on
+//! the read-ahead window of forward scans): a fault installs its whole
+//! chunk with one `UFFDIO_COPY`, and the evictor stores whole chunks with
+//! one `store_folio`. A fault on
 //! never-touched memory zero-fills untouched chunks of the aligned
 //! `zero_fill_around` window (2 MiB) at once while the budget has room, as
 //! many as the run of touched chunks beside it (a readahead ramp: one for
@@ -22,6 +23,10 @@
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
 //!   STORED    --missing read fault, keep_copy: load exclusive,
 //!               install write-protected (BUSY)----------------> CLEAN
+//!   STORED    --read ahead of a scan that installed the chunk
+//!               before it whole (folio past the chunk), or a
+//!               WillNeed hint: installed as that fault's chunk
+//!               (a hint's as a read's) (BUSY)-----> CLEAN or RESIDENT
 //!   STORED    --missing read fault, partial_faults, off the
 //!               chunk's first page (or on it, the chunk before
 //!               not ending mapped): load that page's group
@@ -96,9 +101,9 @@
 //! writable with no copy, and every other page unmapped and in the cache;
 //! STORED implies unmapped and every page of the chunk in the cache.
 //! A chunk is split into up to 16 groups (`chunk::group_pages`): one page
-//! each, since a chunk is at most 16 pages ([`MAX_CHUNK_ORDER`]). A PARTIAL chunk is charged its mapped pages; its
-//! word carries m (`chunk::PART`) through BUSY and EVICTING, so teardown
-//! knows what an owned chunk holds.
+//! each, since a chunk is at most 16 pages ([`MAX_CHUNK_ORDER`]). A PARTIAL
+//! chunk is charged its mapped pages; its word carries m (`chunk::PART`)
+//! through BUSY and EVICTING, so teardown knows what an owned chunk holds.
 //!
 //! # Budget
 //! `resident bytes + zswap.pool_total_size() <= budget`. A chunk is charged
@@ -191,9 +196,9 @@ use userfaultfd::{IoctlFlags, RegisterMode, Uffd};
 /// (`chunk::GROUPS`). A larger chunk's groups are several pages, and its
 /// whole is the unit of eviction: with 2 MiB chunks a random 4 KiB read
 /// brought in 128 KiB, and an eviction stored whatever else was mapped,
-/// its hot pages with it (usemem's skewed reads of 1 GiB under 740 MiB:
-/// 74 MB/s against 1012 with 64 KiB chunks, 41 pages decompressed a fault;
-/// docs/BENCHMARKS.md). A larger folio is the read-ahead window of forward
+/// its hot pages with it (usemem's skewed reads of 1 GiB under 740 MiB, 4
+/// workers: 97 MB/s against 1036 with 64 KiB chunks, 41 pages decompressed
+/// a fault; docs/BENCHMARKS.md). A larger folio is the read-ahead window of forward
 /// scans instead, so the unit still grows where the access is sequential.
 pub const MAX_CHUNK_ORDER: u32 = 4;
 
