@@ -461,6 +461,43 @@ fn the_exit_status_and_a_killing_signal_are_the_programs() {
     );
 }
 
+/// The runner execs the program: no process of its own stays beside it to
+/// be charged to the program's memory cgroup, and the program has the
+/// runner's process id. With `--json` a parent stays to print the summary.
+#[test]
+fn the_runner_becomes_the_program() {
+    let lib = preload();
+    if !userfaultfd_works() {
+        return;
+    }
+    let out = |json: bool| {
+        let mut c = Command::new(uzswap());
+        c.arg("run").arg("--preload").arg(&lib);
+        c.args(["--budget", "16M", "--stats", "/dev/null"]);
+        if json {
+            c.arg("--json");
+        }
+        let child = c
+            .args(["--", "sh", "-c", "echo $$"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let o = child.wait_with_output().unwrap();
+        let first = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        (pid, first.parse::<u32>().unwrap())
+    };
+    let (runner, program) = out(false);
+    assert_eq!(runner, program, "the program should be the runner's process");
+    let (runner, program) = out(true);
+    assert_ne!(runner, program, "--json keeps a parent to print the summary");
+}
+
 /// A C compiler, or None with the reason printed.
 fn cc() -> Option<&'static str> {
     let ok = Command::new("cc")

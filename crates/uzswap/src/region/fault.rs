@@ -598,6 +598,12 @@ enum Installed {
 /// not the page then). In signal mode the thread's own handler passes the
 /// signal on either way.
 fn poison(sh: &Shared, r: &RegionInner, ci: usize, page: usize, fault: Fault) {
+    // The program learns of it only by the signal; this line (after the
+    // one that says why) tells whoever reads its standard error.
+    say(&format!(
+        "the page at {page:#x} cannot be read back: the access gets SIGBUS, which \
+             stops the program (unless it handles SIGBUS) rather than give it wrong data"
+    ));
     let res = if super::failpoints::take_poison() {
         Err(format!("UFFDIO_POISON at {page:#x}: failed (failpoint)"))
     } else {
@@ -1435,6 +1441,13 @@ fn workingset_refault(sh: &Shared, r: &RegionInner, ci: usize, page: Option<usiz
 /// program's stderr is no place for a line per fault. `fault_errors`
 /// counts them all.
 fn fail(sh: &Shared, msg: &str) {
+    sh.ctr.fault_errors.fetch_add(1, Relaxed);
+    say(msg);
+}
+
+/// Print a line of the fault path, rate-limited with `fail`'s (counted
+/// where `fail` calls it, not here).
+fn say(msg: &str) {
     use std::sync::atomic::{AtomicU32, AtomicU64};
     const BURST: u32 = 10;
     const INTERVAL_S: u64 = 5;
@@ -1442,7 +1455,6 @@ fn fail(sh: &Shared, msg: &str) {
     static WINDOW: AtomicU64 = AtomicU64::new(0);
     static PRINTED: AtomicU32 = AtomicU32::new(0);
     static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-    sh.ctr.fault_errors.fetch_add(1, Relaxed);
     let now = START.get_or_init(Instant::now).elapsed().as_secs() / INTERVAL_S;
     let w = WINDOW.load(Relaxed);
     if w != now && WINDOW.compare_exchange(w, now, Relaxed, Relaxed).is_ok() {
