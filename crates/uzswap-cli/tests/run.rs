@@ -493,9 +493,15 @@ fn the_runner_becomes_the_program() {
         (pid, first.parse::<u32>().unwrap())
     };
     let (runner, program) = out(false);
-    assert_eq!(runner, program, "the program should be the runner's process");
+    assert_eq!(
+        runner, program,
+        "the program should be the runner's process"
+    );
     let (runner, program) = out(true);
-    assert_ne!(runner, program, "--json keeps a parent to print the summary");
+    assert_ne!(
+        runner, program,
+        "--json keeps a parent to print the summary"
+    );
 }
 
 /// A C compiler, or None with the reason printed.
