@@ -8,8 +8,8 @@
 //! `exec`s it with the library preloaded, so the program's process id,
 //! standard streams, signals and exit status are its own, and no runner
 //! process stays beside it. A parent would be charged to the program's
-//! memory cgroup (its binary's pages and heap, about 1 MiB that is not page
-//! cache): at a fixed limit, GNU sort of 32 MiB under a 48.5 MiB cgroup ran
+//! memory cgroup (about 5 MiB: its binary's pages, and 0.6 MiB of heap and
+//! stacks): at a fixed limit, GNU sort of 32 MiB under a 48.5 MiB cgroup ran
 //! with a 43 MiB budget without the parent where the parent's cgroup
 //! OOM-killed it (docs/BENCHMARKS.md, "The runner execs the program").
 //! Only `--json` keeps a parent, which must outlive the program to print
