@@ -415,6 +415,33 @@ fn a_written_back_page_comes_in_alone() {
     assert_eq!(st.fault_errors, 0, "{st:?}");
 }
 
+/// The read-ahead path with handler threads, where the scan races it: a
+/// chunk wakes its fault once installed, before the chunks read ahead of
+/// it are, so a scan (two here, from the start and from the middle) can
+/// fault on a chunk while it is being read ahead, and parks on it or
+/// takes it first. Whichever wins, every byte reads back as written and
+/// every chunk ends mapped.
+#[test]
+fn scans_racing_their_read_ahead_read_every_byte() {
+    for _ in 0..8 {
+        let Some((uz, r)) = stored_region(Config {
+            folio_order: 6,
+            ..cfg()
+        }) else {
+            return;
+        };
+        let pages = r.len() / PAGE_SIZE;
+        std::thread::scope(|s| {
+            s.spawn(|| (0..pages).for_each(|i| check(&r, i)));
+            s.spawn(|| (pages / 2..pages).for_each(|i| check(&r, i)));
+        });
+        let st = uz.stats();
+        assert_eq!(st.fault_errors, 0, "{st:?}");
+        assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
+        assert_eq!(st.resident_bytes, r.len() as u64, "{st:?}");
+    }
+}
+
 #[test]
 fn a_large_folio_is_a_scans_read_ahead_window_not_a_larger_chunk() {
     // 256 KiB folios: chunks of 64 KiB (the largest), windows of four.
