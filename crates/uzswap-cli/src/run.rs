@@ -375,20 +375,19 @@ pub fn run(a: Args) -> Result<()> {
     }
     let status = child.wait()?;
     let elapsed = t0.elapsed().as_secs_f64();
-    if a.json {
-        let procs = stats.as_deref().map(read_stats).unwrap_or_default();
-        let peak = peak_of(&procs);
-        let summary = serde_json::json!({
-            "command": a.cmd.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>(),
-            "exit_code": status.code(),
-            "signal": status.signal(),
-            "elapsed_s": elapsed,
-            "budget_bytes": a.budget,
-            "peak_bytes": peak,
-            "processes": procs,
-        });
-        println!("{summary}");
-    }
+    // Only `--json` gets here (without it the runner exec'd the program).
+    let procs = stats.as_deref().map(read_stats).unwrap_or_default();
+    let peak = peak_of(&procs);
+    let summary = serde_json::json!({
+        "command": a.cmd.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>(),
+        "exit_code": status.code(),
+        "signal": status.signal(),
+        "elapsed_s": elapsed,
+        "budget_bytes": a.budget,
+        "peak_bytes": peak,
+        "processes": procs,
+    });
+    println!("{summary}");
     if let Some(t) = tmp_stats {
         let _ = std::fs::remove_file(t);
     }
