@@ -130,7 +130,7 @@ impl ZsPool {
             if inner.span(src).live == 0 {
                 let data = inner.remove_span(src);
                 drop(inner);
-                let (id, released) = self.release_locked(slot, data);
+                let (id, released) = self.release_locked(slot, data, false);
                 slot.lock.write_unlock();
                 self.spans.free_id(id);
                 stats.spans_freed += 1;

@@ -20,10 +20,12 @@
 //!  clean --fill thread reserves--> used (filling, no span; lock dropped)
 //!  filling --faulted in--> cached (`ahead`) --an alloc takes its head--> used
 //!  filling --a trim to nothing ran, or no live run left--> clean
+//!  cached --the fill thread's trim--> used (releasing, no span; lock
+//!         dropped) --MADV_DONTNEED done--> clean
 //! ```
-//! Every transition happens under the provider's mutex; the one step
-//! outside it, faulting a filling range in, touches pages no one else may
-//! take, trim or unmap while they are marked used.
+//! Every transition happens under the provider's mutex; the steps outside
+//! it, faulting a filling range in and zapping a releasing one, touch pages
+//! no one else may take, trim or unmap while they are marked used.
 //! Allocation order: a cached run of exactly the length, else the shortest
 //! longer cached run split (its tail stays cached), else the head of the
 //! pages filled ahead (below), else clean pages of an arena (first fit),
@@ -63,6 +65,17 @@
 //! told memory is gone while RSS still shows it. The bound is relative so a
 //! budget charging the pool overshoots by at most 1/16, and a pool with no
 //! live span holds nothing. [`Core::trim`] with 0 releases all.
+//!
+//! Where the fill thread runs, a free that finds a trim due leaves it to
+//! that thread (`Inner::trim_due`) while the cache is under twice the
+//! bound: the frees come from loads, whose faulting thread then does not
+//! wait for the kernel to unmap and free pages (a third of what an
+//! exclusive load of a text page adds to its decompression while the pool
+//! shrinks; BENCHMARKS.md). The thread unmaps the arenas outside the lock,
+//! as any trim does, and zaps its ranges outside it too, their pages marked
+//! used (*releasing*, counted as held) until the zap is done. The work is
+//! moved, not saved: on a machine with no idle CPU it costs the same. Past
+//! twice the bound, or with no live page left, the free trims itself.
 //!
 //! # Huge arenas
 //! Faulting pool memory in 4 KiB at a time costs a page allocation, a
@@ -395,6 +408,11 @@ struct Inner {
     /// right after `ahead`: marked used (so no trim, unmap or alloc touches
     /// them) and counted as held; they join `ahead` when faulted in.
     filling_pages: u64,
+    /// Cached pages the fill thread's trim is zapping with the lock
+    /// dropped: marked used and counted as held until the zap returns.
+    releasing_pages: u64,
+    /// A free found a trim due and left it to the fill thread.
+    trim_due: bool,
     /// A trim to nothing ran while pages were filling: they go back clean
     /// when the fill ends, so that nothing stays cached after it.
     drop_fill: bool,
@@ -428,8 +446,12 @@ pub(crate) struct Core {
     /// The fill thread waits here (with `inner`) while the cache is full
     /// enough.
     fill: parking_lot::Condvar,
-    /// A fill thread runs for this provider.
+    /// A fill thread was started for this provider (or failed to start).
     fill_on: AtomicBool,
+    /// The fill thread runs: frees leave due trims to it.
+    trim_ahead: AtomicBool,
+    /// Trims the fill thread ran for frees, ever.
+    deferred_trims: AtomicU64,
     /// The owner is dropping: the fill thread exits.
     fill_stop: AtomicBool,
     /// Pages the fill thread faulted in, ever.
@@ -508,6 +530,9 @@ impl PageAlloc {
             .name("uzswap-pool-fill".into())
             .spawn(move || core.fill_loop())
             .ok();
+        self.core
+            .trim_ahead
+            .store(slot.is_some(), Ordering::Relaxed);
     }
 }
 
@@ -528,10 +553,14 @@ impl Drop for PageAlloc {
 }
 
 /// Result of giving memory back: bytes released and arenas to unmap once
-/// the lock is dropped.
+/// the lock is dropped; for a trim that defers its zap, the ranges to zap
+/// and, as (arena, first page, pages), what they hold marked releasing.
+#[derive(Default)]
 struct Released {
     bytes: u64,
     maps: Vec<Mapping>,
+    zaps: Vec<std::ops::Range<usize>>,
+    releasing: Vec<(u32, usize, usize)>,
 }
 
 impl Core {
@@ -552,12 +581,16 @@ impl Core {
                 pending_pages: 0,
                 ahead: None,
                 filling_pages: 0,
+                releasing_pages: 0,
+                trim_due: false,
                 drop_fill: false,
                 filler_idle: false,
             }),
             grown: parking_lot::Condvar::new(),
             fill: parking_lot::Condvar::new(),
             fill_on: AtomicBool::new(false),
+            trim_ahead: AtomicBool::new(false),
+            deferred_trims: AtomicU64::new(0),
             fill_stop: AtomicBool::new(false),
             filled: AtomicU64::new(0),
             huge_ok,
@@ -695,6 +728,10 @@ impl Core {
     fn fill_loop(&self) {
         let mut g = self.inner.lock();
         while !self.fill_stop.load(Ordering::Acquire) {
+            if std::mem::take(&mut g.trim_due) {
+                self.trim_deferred(&mut g);
+                continue;
+            }
             let want = g.fill_want();
             if want == 0 {
                 self.idle(&mut g);
@@ -734,8 +771,11 @@ impl Core {
     }
 
     /// Return a run from [`Self::alloc`]. No one may touch its bytes any
-    /// more. Returns the bytes given back to the OS by a trim this triggered.
-    pub(crate) fn free(&self, run: PageRun) -> u64 {
+    /// more. Returns the bytes given back to the OS by a trim this triggered
+    /// here: a due trim may be left to the fill thread instead (module
+    /// comment, "Giving memory back"), unless `may_defer` is false (a
+    /// caller that reports what it gave back).
+    pub(crate) fn free(&self, run: PageRun, may_defer: bool) -> u64 {
         let mut g = self.inner.lock();
         let inner = &mut *g;
         let (a, p, n) = (run.arena, inner.page_of(&run), run.pages as usize);
@@ -750,16 +790,51 @@ impl Core {
         inner.cached[n].push((a, p as u32));
         inner.cached_pages += n as u64;
         inner.live_pages -= n as u64;
-        let rel = if inner.cached_pages * CACHE_DIVISOR > inner.live_pages {
-            let target = inner.live_pages / (2 * CACHE_DIVISOR);
-            inner.trim(target)
-        } else {
-            Released {
-                bytes: 0,
-                maps: Vec::new(),
+        let cache = inner.cached_pages * CACHE_DIVISOR;
+        let rel = if cache <= inner.live_pages {
+            Released::default()
+        } else if may_defer
+            && cache <= 2 * inner.live_pages
+            && self.trim_ahead.load(Ordering::Relaxed)
+        {
+            // Left to the fill thread (module comment, "Giving memory
+            // back"); woken once per trim.
+            if !std::mem::replace(&mut inner.trim_due, true) && inner.filler_idle {
+                inner.filler_idle = false;
+                self.fill.notify_one();
             }
+            Released::default()
+        } else {
+            inner.trim_due = false;
+            let target = inner.live_pages / (2 * CACHE_DIVISOR);
+            inner.trim(target, false)
         };
         self.finish(g, rel)
+    }
+
+    /// The fill thread's trim of a due one: as a free's, but its zap runs
+    /// with the lock dropped, the zapped pages marked releasing meanwhile.
+    fn trim_deferred(&self, g: &mut parking_lot::MutexGuard<'_, Inner>) {
+        let target = g.live_pages / (2 * CACHE_DIVISOR);
+        let mut rel = g.trim(target, true);
+        if !rel.maps.is_empty() {
+            self.arenas
+                .fetch_sub(rel.maps.len() as u64, Ordering::Relaxed);
+        }
+        self.publish(g);
+        let (maps, zaps) = (std::mem::take(&mut rel.maps), std::mem::take(&mut rel.zaps));
+        parking_lot::MutexGuard::unlocked(g, || {
+            drop(maps); // munmap
+                        // SAFETY: each range lies inside an arena mapping (which stays
+                        // mapped while any of its pages is used) and holds only pages
+                        // marked used for this release: no span owns them and no alloc,
+                        // trim or unmap touches them until `finish_release`.
+            let failed = unsafe { crate::zap::zapper().zap(&zaps) };
+            debug_assert!(failed.is_empty(), "MADV_DONTNEED failed: {failed:?}");
+        });
+        g.finish_release(&rel.releasing);
+        self.publish(g);
+        self.deferred_trims.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Give cached memory back until at most `keep_bytes` stay cached.
@@ -767,7 +842,7 @@ impl Core {
     pub(crate) fn trim(&self, keep_bytes: u64) -> u64 {
         let mut g = self.inner.lock();
         g.drop_fill |= keep_bytes == 0 && g.filling_pages > 0;
-        let rel = g.trim(keep_bytes / PAGE_SIZE as u64);
+        let rel = g.trim(keep_bytes / PAGE_SIZE as u64, false);
         self.finish(g, rel)
     }
 
@@ -788,7 +863,8 @@ impl Core {
             + inner.cached_pages
             + inner.reserve_pages
             + inner.pending_pages
-            + inner.filling_pages;
+            + inner.filling_pages
+            + inner.releasing_pages;
         self.held.store(held * p, Ordering::Relaxed);
         self.cached.store(inner.cached_pages * p, Ordering::Relaxed);
         self.reserve
@@ -1091,12 +1167,12 @@ impl Inner {
 
     /// Give cached pages back until at most `keep` stay cached: arenas with
     /// no live page first (munmap), then ranges in the arenas caching the
-    /// most (MADV_DONTNEED). Fully clean spare arenas go too.
-    fn trim(&mut self, keep: u64) -> Released {
-        let mut rel = Released {
-            bytes: 0,
-            maps: Vec::new(),
-        };
+    /// most (MADV_DONTNEED). Fully clean spare arenas go too. With `defer`,
+    /// the ranges are not zapped here but returned in `zaps`, their pages
+    /// marked used and counted releasing, for the caller to zap with the
+    /// lock dropped and then hand to [`Self::finish_release`].
+    fn trim(&mut self, keep: u64, defer: bool) -> Released {
+        let mut rel = Released::default();
         // A trim to nothing also unmaps arenas that hold nothing at all (a
         // fill given back clean leaves one).
         let done = |cached: u64| cached <= keep && keep > 0;
@@ -1162,11 +1238,15 @@ impl Inner {
                 self.reserve_pages -= reserve;
                 rel.bytes += reserve * PAGE_SIZE as u64;
                 let base = ar.base() as usize;
-                zaps.extend(
-                    ranges(&give)
-                        .into_iter()
-                        .map(|(s, len)| base + s * PAGE_SIZE..base + (s + len) * PAGE_SIZE),
-                );
+                for (s, len) in ranges(&give) {
+                    zaps.push(base + s * PAGE_SIZE..base + (s + len) * PAGE_SIZE);
+                    if defer {
+                        set_range(&mut ar.free, s, len, false);
+                        ar.used += len as u32;
+                        self.releasing_pages += len as u64;
+                        rel.releasing.push((a as u32, s, len));
+                    }
+                }
                 ar.dirty = [0; WORDS];
                 ar.fail_len = u32::MAX;
                 self.cached_pages -= u64::from(ar.cached);
@@ -1175,12 +1255,18 @@ impl Inner {
                 touched = true;
             }
         }
-        // One call for every range (one TLB shootdown, not one per range).
-        // SAFETY: each range lies inside an arena mapping and holds only
-        // free pages (cached, or a huge arena's reserve): no span owns them,
-        // and none is handed out before this returns (the lock is held).
-        let failed = unsafe { crate::zap::zapper().zap(&zaps) };
-        debug_assert!(failed.is_empty(), "MADV_DONTNEED failed: {failed:?}");
+        if defer {
+            rel.zaps = zaps;
+        } else {
+            // One call for every range (one TLB shootdown, not one per
+            // range).
+            // SAFETY: each range lies inside an arena mapping and holds only
+            // free pages (cached, or a huge arena's reserve): no span owns
+            // them, and none is handed out before this returns (the lock is
+            // held).
+            let failed = unsafe { crate::zap::zapper().zap(&zaps) };
+            debug_assert!(failed.is_empty(), "MADV_DONTNEED failed: {failed:?}");
+        }
         if touched {
             // Drop list entries whose pages are no longer cached.
             let arenas = &self.arenas;
@@ -1193,6 +1279,20 @@ impl Inner {
             }
         }
         rel
+    }
+
+    /// The ranges a deferred trim marked releasing are zapped: their pages
+    /// become clean.
+    fn finish_release(&mut self, releasing: &[(u32, usize, usize)]) {
+        for &(a, s, len) in releasing {
+            let ar = self.arenas[a as usize]
+                .as_mut()
+                .expect("an arena with used pages stays");
+            set_range(&mut ar.free, s, len, true);
+            ar.used -= len as u32;
+            ar.fail_len = u32::MAX;
+            self.releasing_pages -= len as u64;
+        }
     }
 }
 
@@ -1247,13 +1347,18 @@ impl Core {
         }
         assert_eq!(
             (live, cached),
-            (g.live_pages + g.filling_pages, g.cached_pages)
+            (
+                g.live_pages + g.filling_pages + g.releasing_pages,
+                g.cached_pages
+            )
         );
         assert_eq!((huge, reserve), (g.huge_arenas, g.reserve_pages));
         assert!(huge == 0 || self.huge_ok, "huge arenas only where allowed");
-        // The cache bound holds between operations.
+        // The cache bound holds between operations, or twice it while a
+        // trim left to the fill thread is due.
+        let bound = if g.trim_due { 2 } else { 1 };
         assert!(
-            cached * CACHE_DIVISOR <= live,
+            cached * CACHE_DIVISOR <= bound * live,
             "{cached} cached, {live} live"
         );
         let p = PAGE_SIZE as u64;
@@ -1334,7 +1439,7 @@ mod tests {
         let held = pa.held_bytes();
         let x = pa.alloc(1).unwrap();
         let addr = x.as_ptr();
-        pa.free(x);
+        pa.free(x, true);
         pa.assert_consistent();
         assert!(pa.cached_bytes() > 0);
         let y = pa.alloc(1).unwrap();
@@ -1344,7 +1449,7 @@ mod tests {
         // A longer cached run is split: the head serves, the tail stays.
         let z = pa.alloc(8).unwrap();
         let base = z.as_ptr();
-        pa.free(z);
+        pa.free(z, true);
         let h = pa.alloc(3).unwrap();
         let t = pa.alloc(5).unwrap();
         assert_eq!(h.as_ptr(), base);
@@ -1353,7 +1458,7 @@ mod tests {
         assert_eq!(pa.arenas(), 1);
         pa.assert_consistent();
         for r in keep.into_iter().chain([y, h, t]) {
-            pa.free(r);
+            pa.free(r, true);
         }
         assert_eq!((pa.held_bytes(), pa.cached_bytes(), pa.arenas()), (0, 0, 0));
         pa.assert_consistent();
@@ -1374,7 +1479,7 @@ mod tests {
             if i % 16 == 0 {
                 kept.push(r);
             } else {
-                pa.free(r);
+                pa.free(r, true);
                 pa.assert_consistent();
             }
         }
@@ -1393,7 +1498,7 @@ mod tests {
         pa.assert_consistent();
         // The last live page gone, everything goes back.
         for r in kept.into_iter().chain(again) {
-            pa.free(r);
+            pa.free(r, true);
         }
         assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
         pa.assert_consistent();
@@ -1483,10 +1588,10 @@ mod tests {
             let a = arenas[i].0;
             if a == a0 && from0 < 35 {
                 from0 += 1;
-                pa.free(r);
+                pa.free(r, true);
             } else if a == a1 && from1 < 55 {
                 from1 += 1;
-                pa.free(r);
+                pa.free(r, true);
             } else if a == a1 {
                 a1_runs.push((i, r));
             } else {
@@ -1503,7 +1608,7 @@ mod tests {
             if n % 16 == 0 {
                 kept.push((i, r));
             } else {
-                pa.free(r);
+                pa.free(r, true);
             }
         }
         // Now only a huge arena can give enough back: it was broken.
@@ -1519,7 +1624,7 @@ mod tests {
             check(r, *i as u64);
         }
         for (_, r) in kept {
-            pa.free(r);
+            pa.free(r, true);
         }
         assert_eq!((pa.held_bytes(), pa.arenas(), pa.huge_arenas()), (0, 0, 0));
         pa.assert_consistent();
@@ -1531,7 +1636,7 @@ mod tests {
         let runs: Vec<_> = (0..400).map(|i| pa.alloc(1 + i % 16).unwrap()).collect();
         let live: u64 = runs.iter().map(|r| u64::from(r.pages)).sum();
         for r in runs.into_iter().skip(300) {
-            pa.free(r);
+            pa.free(r, true);
         }
         let freed = pa.held_bytes() - pa.cached_bytes();
         let cached = pa.cached_bytes();
@@ -1571,7 +1676,7 @@ mod tests {
             } else {
                 let (r, tag) = live.swap_remove(rng.gen_range(0..live.len()));
                 check(&r, tag);
-                pa.free(r);
+                pa.free(r, true);
             }
             if op % 500 == 0 {
                 pa.assert_consistent();
@@ -1582,7 +1687,7 @@ mod tests {
         }
         pa.assert_consistent();
         for (r, _) in live {
-            pa.free(r);
+            pa.free(r, true);
         }
         assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
     }
@@ -1616,12 +1721,12 @@ mod tests {
                         } else {
                             let (r, tag) = live.swap_remove(rng.gen_range(0..live.len()));
                             check(&r, tag);
-                            pa.free(r);
+                            pa.free(r, true);
                         }
                     }
                     for (r, tag) in live {
                         check(&r, tag);
-                        pa.free(r);
+                        pa.free(r, true);
                     }
                 });
             }
@@ -1646,7 +1751,7 @@ mod tests {
         assert!(lens.iter().all(|&n| n == 3), "cached runs {lens:?}");
         pa.assert_consistent();
         for r in keep {
-            pa.free(r);
+            pa.free(r, true);
         }
         assert_eq!(pa.held_bytes(), 0);
     }
@@ -1679,11 +1784,54 @@ mod tests {
         pa.wait_fill_idle();
         pa.assert_consistent();
         for r in keep {
-            pa.free(r);
+            pa.free(r, true);
         }
         pa.wait_fill_idle();
         pa.trim(0);
         assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
+    }
+
+    /// Where the fill thread runs, frees leave a due trim to it: the cache
+    /// may reach twice its bound meanwhile, never more, and once the
+    /// thread is idle the bound holds and every page it gave back is clean
+    /// (reads zero: zapped, not just unlisted).
+    #[test]
+    fn a_due_trim_is_left_to_the_fill_thread() {
+        let pa = PageAlloc::with_fill(false, true);
+        let mut runs: Vec<_> = (0..2048).map(|_| pa.alloc(1).unwrap()).collect();
+        for (i, r) in runs.iter().enumerate() {
+            fill(r, i as u64 + 1);
+        }
+        assert!(pa.trim_ahead.load(Ordering::Relaxed), "the thread runs");
+        pa.wait_fill_idle();
+        let clean_before = pa.clean_pages().len();
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut kept = Vec::new();
+        for (i, r) in runs.drain(..).enumerate() {
+            if rng.gen_ratio(3, 4) {
+                pa.free(r, true);
+                let (cached, held) = (pa.cached_bytes(), pa.held_bytes());
+                assert!(cached * CACHE_DIVISOR <= 2 * (held - cached));
+            } else {
+                kept.push((r, i as u64 + 1));
+            }
+        }
+        pa.wait_fill_idle();
+        pa.assert_consistent();
+        assert!(pa.deferred_trims.load(Ordering::Relaxed) > 0);
+        let clean = pa.clean_pages();
+        assert!(clean.len() > clean_before, "the trims gave pages back");
+        for &p in &clean {
+            // SAFETY: a clean page of a live arena: mapped, owned by no run.
+            let page = unsafe { std::slice::from_raw_parts(p, PAGE_SIZE) };
+            assert!(page.iter().all(|&b| b == 0), "a clean page holds data");
+        }
+        for (r, tag) in kept {
+            check(&r, tag);
+            pa.free(r, true);
+        }
+        pa.wait_fill_idle();
+        assert_eq!(pa.held_bytes(), 0, "no live page: the last free trims");
     }
 
     /// Threads that run out of room at once share the huge arena one of
@@ -1731,7 +1879,7 @@ mod tests {
         assert!(pa.arenas() <= need + 1, "{} arenas for {need}", pa.arenas());
         assert!(pa.huge_arenas() >= need - 2, "{} huge", pa.huge_arenas());
         for r in runs.into_iter().flatten() {
-            pa.free(r);
+            pa.free(r, true);
         }
         pa.trim(0);
         pa.assert_consistent();

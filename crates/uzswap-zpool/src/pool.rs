@@ -159,7 +159,7 @@ impl ZsPool {
         let layout = class.layout;
         let mem = self.pages.alloc(layout.pages_per_span as usize)?;
         let Some(id) = self.spans.alloc_id() else {
-            self.pages.free(mem);
+            self.pages.free(mem, true);
             return Err(AllocError::NoMemory);
         };
         let slot = self.span_slot(id);
@@ -323,7 +323,7 @@ impl ZsPool {
     /// still probe it.
     pub(crate) fn release_span(&self, slot: &SpanSlot, data: SpanData) {
         slot.lock.write_lock();
-        let (id, _) = self.release_locked(slot, data);
+        let (id, _) = self.release_locked(slot, data, true);
         slot.lock.write_unlock();
         self.spans.free_id(id);
     }
@@ -332,9 +332,16 @@ impl ZsPool {
     /// no reader is in it, and none that comes later can validate an object
     /// in it (no entry names it). Returns its id, for the caller to recycle
     /// after dropping the write lock (a new span under that id must not start
-    /// out write-locked), and the bytes the provider gave back to the OS.
+    /// out write-locked), and the bytes the provider gave back to the OS:
+    /// all it gave back for this free unless `may_defer` left a due trim to
+    /// its fill thread.
     #[must_use]
-    pub(crate) fn release_locked(&self, slot: &SpanSlot, data: SpanData) -> (u32, u64) {
+    pub(crate) fn release_locked(
+        &self,
+        slot: &SpanSlot,
+        data: SpanData,
+        may_defer: bool,
+    ) -> (u32, u64) {
         slot.base.store(std::ptr::null_mut(), Ordering::Relaxed);
         let id = data.id;
         // The pages held program data (compressed objects) and go to a
@@ -344,7 +351,7 @@ impl ZsPool {
         // SAFETY: the run is this span's, no reader is in it (the caller
         // holds its write lock) and no entry names it any more.
         unsafe { std::ptr::write_bytes(data.mem.as_ptr(), 0, data.mem.len()) };
-        let released = self.pages.free(data.mem);
+        let released = self.pages.free(data.mem, may_defer);
         self.counters.spans.fetch_sub(1, Ordering::Relaxed);
         (id, released)
     }
