@@ -415,6 +415,87 @@ fn a_written_back_page_comes_in_alone() {
     assert_eq!(st.fault_errors, 0, "{st:?}");
 }
 
+/// A chunk read in whole while every page of it is on the device keeps the
+/// slots as clean copies (`chunk::KEPT`): evicted unwritten it is a zap
+/// that writes nothing, and a write drops the copies and lifts the whole
+/// chunk's protection at once.
+#[test]
+fn a_chunk_read_whole_from_the_device_keeps_its_slots() {
+    let Some((uz, r)) = stored_region(Config {
+        budget: 64 << 20,
+        writeback: Some(Default::default()),
+        ..cfg()
+    }) else {
+        return;
+    };
+    let pages = r.len() / PAGE_SIZE;
+    for _ in 0..16 {
+        uz.zswap().shrink(u64::MAX);
+    }
+    let chunk = uz.chunk_bytes();
+    let before = uz.stats();
+    assert_eq!(before.zswap.device_pages, pages as u64, "{before:?}");
+
+    // A scan's entry (the first page of the first chunk) takes it whole.
+    check(&r, 0);
+    let st = uz.stats();
+    assert_eq!(st.kept_installs, 1, "{st:?}");
+    assert_eq!(st.resident_bytes, chunk as u64);
+    assert_eq!(st.zswap.device_pages, pages as u64, "the slots stay");
+    assert_eq!(st.zswap.kept_pages, PER as u64);
+    for i in 0..PER {
+        check(&r, i);
+    }
+    assert_eq!(
+        uz.stats().faults_wp,
+        0,
+        "reads of a kept chunk do not fault"
+    );
+
+    // Evicted unwritten: the copies are claimed, nothing stored or written.
+    r.advise(0..chunk, Advice::PageOut).unwrap();
+    let st = uz.stats();
+    assert_eq!(st.resident_bytes, 0);
+    assert_eq!(st.zswap.kept_pages, 0, "claimed: the device's again");
+    assert_eq!(st.zswap.stored_pages, before.zswap.stored_pages, "{st:?}");
+    assert_eq!(st.zswap.written_back_pages, before.zswap.written_back_pages);
+    for i in 0..PER {
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().kept_installs, 2);
+
+    // A write drops every copy and makes the chunk writable whole: one
+    // write-protect fault, not one per page.
+    page(&r, 3)[7] ^= 0xff;
+    page(&r, 9)[7] ^= 0xff;
+    let st = uz.stats();
+    assert_eq!(st.faults_wp, 1, "{st:?}");
+    assert_eq!(st.zswap.kept_pages, 0);
+    assert_eq!(st.zswap.device_pages, (pages - PER) as u64);
+    // Evicted now it is stored afresh, and reads back with the writes.
+    r.advise(0..chunk, Advice::PageOut).unwrap();
+    let st = uz.stats();
+    assert_eq!(st.resident_bytes, 0);
+    assert_eq!(
+        st.zswap.stored_pages,
+        before.zswap.stored_pages + PER as u64
+    );
+    for i in 0..PER {
+        let mut want = vec![0; PAGE_SIZE];
+        Pattern::Index.fill(i as u64, SEED, &mut want);
+        if i == 3 || i == 9 {
+            want[7] ^= 0xff;
+        }
+        assert!(page(&r, i) == &want[..], "page {i}");
+    }
+    for i in PER..pages {
+        check(&r, i);
+    }
+    let st = uz.stats();
+    assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
+    assert_eq!(st.fault_errors, 0, "{st:?}");
+}
+
 /// The read-ahead path with handler threads, where the scan races it: a
 /// chunk wakes its fault once installed, before the chunks read ahead of
 /// it are, so a scan (two here, from the start and from the middle) can

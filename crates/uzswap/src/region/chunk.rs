@@ -48,6 +48,14 @@ const MASK_SHIFT: u32 = 8;
 /// write-protects the mapped groups before storing them, and it never
 /// completes to CLEAN. Set and cleared with PART.
 pub const DIRTY: u32 = 1 << 24;
+/// A PARTIAL chunk with every group mapped, read in whole while all its
+/// pages were written back (`fault::install`, `fault::fill`): the loads
+/// kept the device slots as clean copies (no pool memory), so that the
+/// chunk's eviction, unwritten, claims them and only zaps, as the kernel's
+/// swap cache keeps a clean page's slot. A write fault on it drops every
+/// copy and lifts the whole chunk's protection (RESIDENT), as on CLEAN:
+/// the chunk came in whole and is used whole. Set and cleared with PART.
+pub const KEPT: u32 = 1 << 25;
 /// Pinned resident (`pin.rs`): a system call is using its memory, or the
 /// program made part of it inaccessible (`mprotect`). The evictor never
 /// takes a pinned chunk; a fault still brings it in. The flag rides
@@ -63,7 +71,14 @@ pub const GROUPS: usize = 16;
 pub const MASK_BITS: u32 = 0xffff << MASK_SHIFT;
 /// Everything a PARTIAL word says of its mapped pages: cleared together
 /// when the chunk leaves the partial states.
-pub const PART_BITS: u32 = PART | MASK_BITS | DIRTY;
+pub const PART_BITS: u32 = PART | MASK_BITS | DIRTY | KEPT;
+
+/// The mask with every group of a chunk of `pages` pages.
+#[inline]
+pub fn full_mask(pages: usize) -> u16 {
+    let groups = pages / group_pages(pages);
+    (((1u32 << groups) - 1) & 0xffff) as u16
+}
 
 /// Pages per group in a chunk of `pages` pages.
 #[inline]
@@ -152,6 +167,15 @@ pub fn transition(c: &AtomicU32, from: u32, to: u32, clear: u32, set: u32) -> Re
 #[inline]
 pub fn own(c: &AtomicU32, from: u32) -> Result<u32, u32> {
     transition(c, from, BUSY, 0, 0)
+}
+
+/// [`own`] where the word also satisfies `ok` (read with the state, in the
+/// same compare-and-swap).
+#[inline]
+pub fn own_if(c: &AtomicU32, from: u32, ok: impl Fn(u32) -> bool) -> Result<u32, u32> {
+    c.fetch_update(AcqRel, Acquire, |w| {
+        (state(w) == from && ok(w)).then_some((w & !STATE_MASK) | BUSY)
+    })
 }
 
 /// Whether the evictor must write-protect the mapped pages of a victim it
@@ -285,6 +309,10 @@ mod tests {
         assert_eq!(mask_ranges(!0b11, 512), vec![64..512]);
         // 16 KiB chunk: four groups, the other bits ignored.
         assert_eq!(mask_ranges(!0b0010, 4), vec![0..1, 2..4]);
+        assert_eq!(full_mask(16), 0xffff);
+        assert_eq!(full_mask(512), 0xffff);
+        assert_eq!(full_mask(4), 0b1111);
+        assert_eq!(mask_ranges(full_mask(4), 4), vec![0..4]);
         assert_eq!(
             charge(PARTIAL | part_bits(0b101), 16 * crate::PAGE_SIZE),
             2 * crate::PAGE_SIZE as u64

@@ -1303,6 +1303,20 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
     // Counted once the chunk is evicted: an abort drops what it stored.
     let mut stored_bytes_total = 0u64;
     let mut stored_pages = 0usize;
+    // A KEPT chunk claims its copies under one shard lock. Where one is
+    // gone (not expected: written-back copies are on no ring to be freed
+    // for room) the loop claims again, a claim of an entry already claimed
+    // holding, and stores what is missing; an abort then leaves the pages
+    // it did not reach with ordinary copies, equal to them, which PARTIAL
+    // allows as it allows none.
+    let pages = 1usize << sh.order;
+    let ranges = if v.word & KEPT != 0 && sh.zswap.claim_clean(first, sh.order) {
+        sh.keep.claimed(pages as u32);
+        taken.extend((0..pages as u64).map(|i| first.offset(i)));
+        Vec::new()
+    } else {
+        ranges
+    };
     for i in ranges.into_iter().flatten() {
         let key = first.offset(i as u64);
         if sh.zswap.claim_clean(key, 0) {

@@ -393,6 +393,14 @@ fn resolve_in(
                 let write = if wp { write } else { as_write(sh, write) };
                 if wp {
                     sh.ctr.faults_wp.fetch_add(1, Relaxed);
+                    if prev & KEPT != 0 {
+                        let done = unprotect_kept(sh, r, ci);
+                        drop(live);
+                        if !done && try_again(sh, r, ci, fault, &mut tries) {
+                            continue;
+                        }
+                        return;
+                    }
                     if sh.cfg.partial_faults {
                         let done = unprotect_group(sh, r, ci, page);
                         drop(live);
@@ -722,8 +730,17 @@ fn install(
     // A read installs the chunk write-protected (CLEAN) but keeps no copy
     // of it: a whole chunk's copy was nearly never claimed (`keep.rs`).
     let keep = sh.cfg.keep_copy && !write;
-    let mode = LoadMode::Exclusive;
     let first = sh.entry(r, ci);
+    // But where every page was written back, the copies are device slots
+    // that hold no memory: kept, the chunk's eviction before any write is
+    // a zap, where it stored the chunk again and wrote back what that
+    // pushed out of the pool (`chunk::KEPT`).
+    let kept = keep && kept_whole(sh, first);
+    let mode = if kept {
+        LoadMode::KeepClean
+    } else {
+        LoadMode::Exclusive
+    };
     if let Err(e) = sh.zswap.load_folio(first, sh.order, scratch, mode) {
         // The stored copy stays where it is; the faulting thread cannot be
         // given wrong data, so the failure is loud.
@@ -737,7 +754,11 @@ fn install(
     } else {
         sh.ctr.prefetched.fetch_add(1, Relaxed);
     }
-    let to = if keep { CLEAN } else { RESIDENT };
+    let (to, bits) = match (kept, keep) {
+        (true, _) => (PARTIAL, kept_bits(sh)),
+        (false, true) => (CLEAN, 0),
+        (false, false) => (RESIDENT, 0),
+    };
     // Charge before the pages appear, so usage never under-reports.
     sh.resident.fetch_add(sh.chunk as u64, Relaxed);
     if let Err((e, mapped)) = copy_chunk(sh, base, scratch, keep) {
@@ -760,11 +781,39 @@ fn install(
         fail(sh, &e);
         return Installed::Failed;
     }
+    if kept {
+        sh.ctr.kept_installs.fetch_add(1, Relaxed);
+    }
     // Publish the state before waking, so the woken thread (and anything it
     // does next, like a hint) finds the chunk settled.
-    chunk::release(&r.state[ci], to, REJECTED | ACTIVE, REF | flags);
+    chunk::release(
+        &r.state[ci],
+        to,
+        REJECTED | ACTIVE | PART_BITS,
+        REF | flags | bits,
+    );
     settled(sh, base);
     Installed::Yes
+}
+
+/// Whether a read that brings in the whole chunk at `first` keeps its
+/// copies (`chunk::KEPT`): every page of it is written back (a chunk with
+/// pages in the pool keeps none, `keep.rs`), and partial chunks, whose
+/// eviction claims copies page by page, are on.
+fn kept_whole(sh: &Shared, first: SwapEntry) -> bool {
+    sh.cfg.partial_faults && sh.order > 0 && sh.zswap.written_back(first, 1 << sh.order)
+}
+
+/// Whether PARTIAL word `w` has every group of its chunk mapped: nothing
+/// is left to bring in.
+pub(super) fn whole(sh: &Shared, w: u32) -> bool {
+    chunk::part_mask(w) == Some(chunk::full_mask(1 << sh.order))
+}
+
+/// The word bits of a chunk read in whole keeping its copies: PARTIAL with
+/// every group mapped, KEPT.
+fn kept_bits(sh: &Shared) -> u32 {
+    chunk::part_bits(chunk::full_mask(1 << sh.order)) | KEPT
 }
 
 /// A forward scan's read-ahead through stored memory, where the folio is
@@ -787,7 +836,10 @@ fn read_ahead(sh: &Shared, r: &RegionInner, ci: usize, write: bool, scratch: &mu
     if per <= 1 || !sh.cfg.partial_faults {
         return;
     }
-    let mapped = |c: &AtomicU32| matches!(chunk::state(c.load(Relaxed)), RESIDENT | CLEAN);
+    let mapped = |c: &AtomicU32| {
+        let w = c.load(Relaxed);
+        matches!(chunk::state(w), RESIDENT | CLEAN) || w & KEPT != 0
+    };
     let behind = r.state[..ci]
         .iter()
         .rev()
@@ -1097,7 +1149,15 @@ fn fill(
     // completed, it is RESIDENT. Completed by a read it is CLEAN, and as a
     // whole chunk read in it keeps no copies (`keep.rs`).
     let write = write || r.state[ci].load(Acquire) & DIRTY != 0;
-    let mode = LoadMode::Exclusive;
+    // Every page written back (the mapped pages' copies too): the slots
+    // stay as clean copies and the chunk stays PARTIAL with every group
+    // mapped, KEPT, as `install` leaves such a chunk.
+    let kept = !write && sh.cfg.keep_copy && kept_whole(sh, first);
+    let mode = if kept {
+        LoadMode::KeepClean
+    } else {
+        LoadMode::Exclusive
+    };
     let mapped = chunk::mask_ranges(mask, n);
     let parts = chunk::mask_ranges(!mask, n);
     let is_mapped = |k: SwapEntry| {
@@ -1135,6 +1195,12 @@ fn fill(
         }
     }
     let clear = PART_BITS | REJECTED;
+    if kept {
+        sh.ctr.kept_installs.fetch_add(1, Relaxed);
+        chunk::release(&r.state[ci], PARTIAL, clear, REF | kept_bits(sh));
+        settled(sh, base);
+        return Installed::Yes;
+    }
     // The mapped pages' copies are gone with the folio's load, but for
     // those `load_around` left: a written chunk has none, and a CLEAN one
     // keeps none.
@@ -1181,6 +1247,31 @@ fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -> bool
         Err(e) => {
             fail(sh, &format!("unprotecting a partial chunk's group: {e}"));
             if waiters {
+                sh.wake(base, sh.chunk);
+            }
+            false
+        }
+    }
+}
+
+/// A write-protect fault on KEPT chunk `ci` (BUSY, ours; every group
+/// mapped): every copy goes stale, so they are dropped and the whole
+/// chunk's protection lifted, RESIDENT, as a CLEAN chunk's first write
+/// does. Where the unprotect fails the chunk stays PARTIAL, now with no
+/// copies and DIRTY (its eviction protects and stores it afresh).
+fn unprotect_kept(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
+    let base = r.chunk_addr(ci, sh.chunk);
+    sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
+    match unprotect(sh, base, sh.chunk) {
+        Ok(()) => {
+            copy_written(sh);
+            chunk::release(&r.state[ci], RESIDENT, PART_BITS, REF);
+            sh.wake(base, sh.chunk);
+            true
+        }
+        Err(e) => {
+            fail(sh, &format!("unprotecting a kept chunk: {e}"));
+            if chunk::release(&r.state[ci], PARTIAL, KEPT, REF | DIRTY) {
                 sh.wake(base, sh.chunk);
             }
             false
@@ -1487,7 +1578,8 @@ pub(super) fn will_need(
         // of every region, 65 k per 4 GiB reservation, for each `fork` of
         // a shell). A chunk that becomes STORED after this look was not
         // stored when the hint came; `prepare_fork` looks again.
-        if !matches!(chunk::state(r.state[ci].load(Acquire)), STORED | PARTIAL) {
+        let w = r.state[ci].load(Acquire);
+        if !matches!(chunk::state(w), STORED | PARTIAL) || whole(sh, w) {
             continue;
         }
         evict::backstop(sh);
@@ -1502,7 +1594,7 @@ pub(super) fn will_need(
                 sh.keep.kept(sh.zswap.clean_dropped());
             }
             install(sh, r, ci, false, true, &mut scratch)
-        } else if let Ok(w) = chunk::transition(&r.state[ci], PARTIAL, BUSY, 0, 0) {
+        } else if let Ok(w) = chunk::own_if(&r.state[ci], PARTIAL, |w| !whole(sh, w)) {
             let m = chunk::part_mask(w).expect("PARTIAL without its mask");
             fill(sh, r, ci, m, false, &mut scratch)
         } else {

@@ -61,6 +61,15 @@
 //! of clean copies compact (docs/BENCHMARKS.md, "Whole chunks keep no
 //! copy"). They stay where they were measured to pay.
 //!
+//! A whole chunk whose every page was written back is the exception: its
+//! copies are device slots, which hold no memory and which nothing frees
+//! for room, so they are kept (`chunk::KEPT`). Without them a chunk read
+//! back from the device and evicted unwritten was stored in the pool again,
+//! and under a pool at its share that store wrote back another page: the
+//! threads program of `bench programs` under 120 MiB wrote back 26-28 k
+//! pages, 7-13 k with them kept (docs/BENCHMARKS.md, "Written-back
+//! chunks keep their slots").
+//!
 //! Locking: none; relaxed atomics. Racing updates may lose a count or a
 //! halving, which only blurs an estimate.
 

@@ -23,6 +23,9 @@
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
 //!   STORED    --missing read fault, keep_copy: load exclusive,
 //!               install write-protected (BUSY)----------------> CLEAN
+//!   STORED    --the same, every page written back: load keeping
+//!               the device slots as clean copies, install
+//!               write-protected (BUSY)-------------> PARTIAL(all)+KEPT
 //!   STORED    --read ahead of a scan that installed the chunk
 //!               before it whole (folio past the chunk), or a
 //!               WillNeed hint: installed as that fault's chunk
@@ -46,6 +49,9 @@
 //!   PARTIAL   --a scan's (or dense) missing read fault, not DIRTY: load the
 //!               rest exclusive, install it write-protected, drop
 //!               the mapped pages' copies (BUSY)----------------> CLEAN
+//!               (every page written back: keep every copy)---> PARTIAL(all)+KEPT
+//!   PARTIAL+KEPT --write-protect fault: drop every copy,
+//!               unprotect the chunk (BUSY)---------------------> RESIDENT
 //!   PARTIAL   --a scan's write fault, or any scan of a DIRTY
 //!               chunk: load the rest exclusively, install it
 //!               protected, drop the mapped pages' copies,
@@ -73,7 +79,12 @@
 //!             --spanned by a write-protect call between two
 //!               victims: held (BUSY) and given back----------> unchanged
 //! ```
-//! A chunk entering PARTIAL from STORED is queued on probation: the evictor
+//! A chunk read in whole goes in PARTIAL with every group mapped and KEPT,
+//! not CLEAN, where all its pages were on the swap device: their slots hold
+//! no memory, so they are kept as clean copies, and its eviction before any
+//! write claims them and zaps, as the kernel drops a clean swap-cache page
+//! whose slot still holds it (`chunk::KEPT`). Such a chunk is not put on
+//! probation. A chunk entering PARTIAL from STORED is queued on probation: the evictor
 //! takes such chunks, oldest first, while they are still PARTIAL with no
 //! second read, before it moves the CLOCK hand (`evict.rs`).
 //! A stored chunk stays EVICTING until its zap, which is gathered with its
@@ -499,6 +510,10 @@ pub struct UzswapStats {
     pub faults_partial: u64,
     /// Partial chunks completed by a fault, a write or a hint.
     pub partial_filled: u64,
+    /// Chunks read in whole from the swap device keeping its slots as
+    /// clean copies (`chunk::KEPT`): an eviction before any write claims
+    /// them instead of storing the chunk again.
+    pub kept_installs: u64,
     /// Chunks installed ahead of use by `Advice::WillNeed`.
     pub prefetched: u64,
     /// Faults that found their chunk owned and parked until it was released.
@@ -568,6 +583,7 @@ struct Counters {
     faults_wp: AtomicU64,
     faults_partial: AtomicU64,
     partial_filled: AtomicU64,
+    kept_installs: AtomicU64,
     prefetched: AtomicU64,
     faults_parked: AtomicU64,
     parked_ns: AtomicU64,
@@ -1293,6 +1309,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         faults_wp: g(&c.faults_wp),
         faults_partial: g(&c.faults_partial),
         partial_filled: g(&c.partial_filled),
+        kept_installs: g(&c.kept_installs),
         prefetched: g(&c.prefetched),
         faults_parked: g(&c.faults_parked),
         parked_us: g(&c.parked_ns) / 1000,

@@ -211,6 +211,9 @@ impl World {
                 let Some(m) = part_mask(w) else {
                     return bad("PARTIAL without its mask");
                 };
+                if w & KEPT != 0 && (m != full_mask(P) || w & DIRTY != 0) {
+                    return bad("KEPT without every group mapped, or DIRTY");
+                }
                 for p in 0..P {
                     let mapped = m & group_bit(p, P) != 0;
                     match self.mem[p] {
@@ -371,6 +374,16 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                     }
                     w.release(i, RESIDENT, 0, REF, actors);
                 }
+                PARTIAL if wp && prev & KEPT != 0 => {
+                    // A write to a kept chunk: every copy goes, the whole
+                    // chunk is unprotected (`fault::unprotect_kept`).
+                    w.hit("PARTIAL+KEPT -> RESIDENT (write-protect fault)");
+                    w.cache = [None; P];
+                    for m in w.mem.iter_mut().flatten() {
+                        m.wp = false;
+                    }
+                    w.release(i, RESIDENT, PART_BITS, REF, actors);
+                }
                 PARTIAL if wp && mask & bit != 0 => {
                     // A write to a mapped group: drop its copy, unprotect.
                     w.hit("PARTIAL -> PARTIAL+DIRTY (write-protect fault)");
@@ -384,6 +397,28 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                     // Stale: mapped now, or no longer mapped.
                     w.hit("stale fault");
                     w.release(i, PARTIAL, 0, 0, actors);
+                }
+                STORED | PARTIAL
+                    if scan
+                        && !write
+                        && prev & DIRTY == 0
+                        && w.cache.iter().all(Option::is_some)
+                        && rng.below(2) == 0 =>
+                {
+                    // A read of the whole chunk with every page written
+                    // back: the copies stay (`fault::install`, `fill`).
+                    for p in 0..P {
+                        if w.mem[p].is_none() {
+                            let v = w.cache[p].expect("checked above");
+                            w.mem[p] = Some(Pte { val: v, wp: true });
+                        }
+                    }
+                    w.hit(if state(prev) == STORED {
+                        "STORED -> PARTIAL+KEPT (scan read, written back)"
+                    } else {
+                        "PARTIAL -> PARTIAL+KEPT (scan read, written back)"
+                    });
+                    w.release(i, PARTIAL, 0, part_bits(full_mask(P)) | KEPT | REF, actors);
                 }
                 STORED | PARTIAL if scan => {
                     // The whole chunk: writable if written or DIRTY.
@@ -635,6 +670,9 @@ fn chunk_state_machine_model() {
         "PARTIAL -> CLEAN",
         "PARTIAL -> RESIDENT",
         "CLEAN -> RESIDENT (write-protect fault)",
+        "STORED -> PARTIAL+KEPT (scan read, written back)",
+        "PARTIAL -> PARTIAL+KEPT (scan read, written back)",
+        "PARTIAL+KEPT -> RESIDENT (write-protect fault)",
         "RESIDENT -> EVICTING",
         "CLEAN -> EVICTING",
         "PARTIAL -> EVICTING",

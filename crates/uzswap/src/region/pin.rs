@@ -147,7 +147,9 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
             // Likewise where the install keeps failing (a copy refused
             // each time): a few tries, then the touch.
             let mut last = false;
-            if write && chunk::state(w) == PARTIAL {
+            // Every group mapped (KEPT, or completed group by group):
+            // nothing to bring in, only protection to lift.
+            if write && chunk::state(w) == PARTIAL && !fault::whole(sh, w) {
                 completions += 1;
                 if fault::will_need(sh, r, ci..ci + 1).is_ok() && completions < 3 {
                     continue;

@@ -122,8 +122,9 @@ pub(super) fn adapt(sh: &Shared, base: u64) {
     // as much as the objects do.
     let pool_bytes = o.compressed_bytes.max(sh.zswap.pool_total_size());
     let rho = (o.pool_pages * page) as f64 / pool_bytes as f64;
-    // Pages stored but not resident (clean copies are of resident pages).
-    let stored = (o.pool_pages + o.device_pages).saturating_sub(o.clean_pages);
+    // Pages stored but not resident (clean copies, and written-back pages
+    // kept, are of resident pages).
+    let stored = (o.pool_pages + o.device_pages).saturating_sub(o.clean_pages + o.kept_pages);
     let touched = sh.resident.load(Relaxed) + stored * page;
     // Plan for the regions as mapped, not just what was touched so far: a
     // program filling its memory would otherwise get a share raised for

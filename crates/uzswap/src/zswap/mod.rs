@@ -373,6 +373,9 @@ pub struct Occupancy {
     pub device_pages: u64,
     /// Clean copies: pool objects of pages the caller also holds.
     pub clean_pages: u64,
+    /// Of `device_pages`, those kept as clean copies of pages the caller
+    /// also holds (`LoadMode::KeepClean` of written-back pages).
+    pub kept_pages: u64,
 }
 
 impl Zswap {
@@ -539,7 +542,20 @@ impl Zswap {
             same_filled_pages: same,
             device_pages: dev,
             clean_pages: self.tree.clean_len(),
+            kept_pages: self.tree.kept_len(),
         }
+    }
+
+    /// Whether every page of `first .. first + n` (in one aligned 2 MiB
+    /// group, as a folio) is stored and written back: a `KeepClean` load
+    /// of them keeps device slots only, no pool memory.
+    pub fn written_back(&self, first: SwapEntry, n: u64) -> bool {
+        let shard = self.tree.lock(first, n);
+        (0..n).all(|i| {
+            shard
+                .get(first.offset(i))
+                .is_some_and(|e| e.slot().is_some())
+        })
     }
 
     /// Clean copies freed for room since the instance began (a relaxed

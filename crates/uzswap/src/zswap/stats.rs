@@ -109,6 +109,10 @@ pub struct ZswapStats {
     pub clean_dropped: u64,
     /// Entries whose page is on the swap device now (not in `stored_pages`).
     pub device_pages: u64,
+    /// Of `device_pages`, those kept as clean copies of pages the caller
+    /// holds unchanged (`LoadMode::KeepClean` of written-back pages): its
+    /// next eviction of them claims the slots instead of storing again.
+    pub kept_pages: u64,
     /// Device slots those entries take: objects are packed, so a slot
     /// holds parts of several.
     pub swap_slots: u64,
@@ -219,6 +223,7 @@ impl super::Zswap {
         s.max_pool_bytes = self.limit.max();
         s.lru_pages = self.tree.lru.len();
         s.clean_pages = self.tree.clean_len();
+        s.kept_pages = self.tree.kept_len();
         s.swap_slots = self.swap_map.as_ref().map_or(0, |m| m.used());
         s.shrink_protected = self.tree.lru.protected();
         s.psi_active = self.shrinker_psi_active();

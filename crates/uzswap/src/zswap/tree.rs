@@ -217,8 +217,11 @@ pub(crate) struct Tree {
     /// seed 000's point is how many tree operations a folio costs.
     locks: Box<[AtomicU64]>,
     len: AtomicU64,
-    /// Clean copies in the tree (entries with `clean` set).
+    /// Clean copies in the tree (pool entries with `clean` set).
     clean: AtomicU64,
+    /// Written-back entries kept as clean copies (device entries with
+    /// `clean` set): on no ring, since freeing them makes no room.
+    kept: AtomicU64,
     /// Bit i: shard i's raw ring has nodes (live or not).
     raw_shards: AtomicU64,
     pub lru: Lru,
@@ -231,6 +234,7 @@ impl Tree {
             locks: (0..SHARDS).map(|_| AtomicU64::new(0)).collect(),
             len: AtomicU64::new(0),
             clean: AtomicU64::new(0),
+            kept: AtomicU64::new(0),
             raw_shards: AtomicU64::new(0),
             lru: Lru::new(SHARDS),
         }
@@ -274,6 +278,11 @@ impl Tree {
     /// Clean copies in the tree.
     pub fn clean_len(&self) -> u64 {
         self.clean.load(Ordering::Relaxed)
+    }
+
+    /// Written-back entries kept as clean copies of pages the caller holds.
+    pub fn kept_len(&self) -> u64 {
+        self.kept.load(Ordering::Relaxed)
     }
 
     /// A shard at or after `from` (in turn) whose raw ring has nodes.
@@ -320,7 +329,17 @@ fn left(tree: &Tree, o: &ZswapEntry) {
         tree.lru.removed(1);
     }
     if o.clean {
-        tree.clean.fetch_sub(1, Ordering::Relaxed);
+        clean_count(tree, o).fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The count a clean entry is in: a pool entry's `clean`, a written-back
+/// one's `kept`.
+fn clean_count<'t>(tree: &'t Tree, e: &ZswapEntry) -> &'t AtomicU64 {
+    if e.slot().is_some() {
+        &tree.kept
+    } else {
+        &tree.clean
     }
 }
 
@@ -496,8 +515,9 @@ impl ShardGuard<'_> {
     }
 
     /// Make the LRU entry under `key` a clean copy: off the LRU, at the tail
-    /// of the clean ring. False if it is not on the LRU (same-filled,
-    /// written back, pinned, already clean, absent).
+    /// of the clean ring; or a written-back entry a kept one (counted, on
+    /// no ring: freeing it makes no room). False if it is neither
+    /// (same-filled, pinned, already clean, absent).
     pub fn mark_clean(&mut self, key: SwapEntry) -> bool {
         let seq = self.tree.lru.next_seq();
         match self.shard.map.get_mut(key.0) {
@@ -507,6 +527,11 @@ impl ShardGuard<'_> {
                 self.shard.clean.push_back(Node { key: key.0, seq });
                 self.tree.lru.removed(1);
                 self.tree.clean.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Some(e) if e.slot().is_some() && !e.clean => {
+                e.clean = true;
+                self.tree.kept.fetch_add(1, Ordering::Relaxed);
                 true
             }
             _ => false,
@@ -520,7 +545,10 @@ impl ShardGuard<'_> {
         let Some(e) = self.shard.map.get_mut(key.0) else {
             return false;
         };
-        if e.clean {
+        if e.clean && e.slot().is_some() {
+            e.clean = false;
+            self.tree.kept.fetch_sub(1, Ordering::Relaxed);
+        } else if e.clean {
             e.clean = false;
             e.lru_seq = seq;
             let e = *e;
@@ -552,6 +580,9 @@ impl ShardGuard<'_> {
             .get_mut(key.0)
             .expect("caller holds the entry");
         debug_assert!(e.slot().is_some() && matches!(payload, super::entry::Payload::Pool { .. }));
+        if std::mem::take(&mut e.clean) {
+            self.tree.kept.fetch_sub(1, Ordering::Relaxed);
+        }
         e.payload = payload;
         e.pinned = true;
         e.lru_seq = 0;
