@@ -496,6 +496,44 @@ fn a_chunk_read_whole_from_the_device_keeps_its_slots() {
     assert_eq!(st.fault_errors, 0, "{st:?}");
 }
 
+/// A chunk with every group mapped (read group by group at random, or
+/// KEPT) has nothing left to bring in: a pin for writing makes every page
+/// writable with one touch (it may stay PARTIAL, DIRTY, and the pin must
+/// not wait for it to become RESIDENT), and a fork finds nothing missing.
+#[test]
+fn a_chunk_with_every_group_mapped_pins_for_writing_and_forks() {
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let Some((uz, r)) = stored_region(Config { handler, ..cfg() }) else {
+            return;
+        };
+        // Every page of chunk 1, one at a time from the last (no fault on
+        // the group after one just faulted: no scan): PARTIAL with every
+        // group.
+        for i in (0..PER).rev() {
+            check(&r, PER + i);
+        }
+        let st = uz.stats();
+        assert_eq!(st.partial_filled, 0, "{st:?}");
+        assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
+        let at = r.as_ptr() as usize + uz.chunk_bytes();
+        {
+            let _pin = uz.pin(at, uz.chunk_bytes(), true);
+            for i in 0..PER {
+                page(&r, PER + i)[1] ^= 0x5a;
+            }
+        }
+        let _fork = uz.prepare_fork().expect("nothing left to bring in");
+        drop(_fork);
+        for i in 0..PER {
+            let mut want = vec![0; PAGE_SIZE];
+            Pattern::Index.fill((PER + i) as u64, SEED, &mut want);
+            want[1] ^= 0x5a;
+            assert!(page(&r, PER + i) == &want[..], "page {}", PER + i);
+        }
+        assert_eq!(uz.stats().fault_errors, 0);
+    }
+}
+
 /// The read-ahead path with handler threads, where the scan races it: a
 /// chunk wakes its fault once installed, before the chunks read ahead of
 /// it are, so a scan (two here, from the start and from the middle) can

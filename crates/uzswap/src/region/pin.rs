@@ -147,14 +147,22 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
             // Likewise where the install keeps failing (a copy refused
             // each time): a few tries, then the touch.
             let mut last = false;
-            // Every group mapped (KEPT, or completed group by group):
-            // nothing to bring in, only protection to lift.
-            if write && chunk::state(w) == PARTIAL && !fault::whole(sh, w) {
-                completions += 1;
-                if fault::will_need(sh, r, ci..ci + 1).is_ok() && completions < 3 {
-                    continue;
+            if write && chunk::state(w) == PARTIAL {
+                // Every group mapped (KEPT, or completed group by group):
+                // nothing to bring in, and a write to each page lifts its
+                // protection (a KEPT chunk's first, the whole chunk's), so
+                // one touch leaves them all writable; the pin keeps them
+                // so. It may stay PARTIAL all the same (DIRTY), so done
+                // after the touch whatever the word says then.
+                if fault::whole(sh, w) {
+                    last = true;
+                } else {
+                    completions += 1;
+                    if fault::will_need(sh, r, ci..ci + 1).is_ok() && completions < 3 {
+                        continue;
+                    }
+                    last = true;
                 }
-                last = true;
             }
             for p in (s & !(PAGE_SIZE - 1)..e).step_by(PAGE_SIZE) {
                 // SAFETY: `p` lies in a live region mapping; the access is
@@ -316,17 +324,20 @@ impl Uzswap {
                     continue;
                 }
                 fault::will_need(sh, &r, 0..r.state.len())?;
+                // Left: a chunk with a page not mapped (a PARTIAL chunk
+                // with every group mapped has none).
+                let unmapped = |w: u32| match chunk::state(w) {
+                    STORED => true,
+                    PARTIAL => !fault::whole(sh, w),
+                    _ => false,
+                };
                 for s in r.state.iter() {
-                    match chunk::state(s.load(Acquire)) {
-                        STORED | PARTIAL => left += 1,
-                        BUSY | EVICTING => {
-                            chunk::wait_released(s);
-                            left += usize::from(matches!(
-                                chunk::state(s.load(Acquire)),
-                                STORED | PARTIAL
-                            ));
-                        }
-                        _ => {}
+                    let w = s.load(Acquire);
+                    if matches!(chunk::state(w), BUSY | EVICTING) {
+                        chunk::wait_released(s);
+                        left += usize::from(unmapped(s.load(Acquire)));
+                    } else {
+                        left += usize::from(unmapped(w));
                     }
                 }
             }
