@@ -361,24 +361,42 @@ fn partial_faults_off_install_whole_chunks() {
     assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
 }
 
-#[test]
-fn a_written_back_page_comes_in_alone() {
+/// Every load verified and no fault failed.
+fn no_errors(uz: &Uzswap) {
+    let st = uz.stats();
+    assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
+    assert_eq!(st.fault_errors, 0, "{st:?}");
+}
+
+/// `stored_region` with every page written back to the swap device.
+fn written_back_region() -> Option<(Uzswap, Region)> {
     // A budget gives the instance its swap device; the region fits it, so
     // nothing is evicted but by hint and nothing written back but here.
-    let Some((uz, r)) = stored_region(Config {
+    let (uz, r) = stored_region(Config {
         budget: 64 << 20,
         writeback: Some(Default::default()),
         ..cfg()
-    }) else {
-        return;
-    };
-    let pages = r.len() / PAGE_SIZE;
+    })?;
     // Second chance takes two walks; the warm region decays over several.
     for _ in 0..16 {
         uz.zswap().shrink(u64::MAX);
     }
+    let st = uz.stats();
+    assert_eq!(
+        st.zswap.device_pages,
+        (r.len() / PAGE_SIZE) as u64,
+        "{st:?}"
+    );
+    Some((uz, r))
+}
+
+#[test]
+fn a_written_back_page_comes_in_alone() {
+    let Some((uz, r)) = written_back_region() else {
+        return;
+    };
+    let pages = r.len() / PAGE_SIZE;
     let before = uz.stats();
-    assert_eq!(before.zswap.device_pages, pages as u64, "{before:?}");
 
     // A random read off the first page of a written-back chunk reads its
     // one page from the device and charges one page.
@@ -410,9 +428,7 @@ fn a_written_back_page_comes_in_alone() {
     for i in (0..pages).rev() {
         check(&r, i);
     }
-    let st = uz.stats();
-    assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
-    assert_eq!(st.fault_errors, 0, "{st:?}");
+    no_errors(&uz);
 }
 
 /// A chunk read in whole while every page of it is on the device keeps the
@@ -421,20 +437,12 @@ fn a_written_back_page_comes_in_alone() {
 /// chunk's protection at once.
 #[test]
 fn a_chunk_read_whole_from_the_device_keeps_its_slots() {
-    let Some((uz, r)) = stored_region(Config {
-        budget: 64 << 20,
-        writeback: Some(Default::default()),
-        ..cfg()
-    }) else {
+    let Some((uz, r)) = written_back_region() else {
         return;
     };
     let pages = r.len() / PAGE_SIZE;
-    for _ in 0..16 {
-        uz.zswap().shrink(u64::MAX);
-    }
     let chunk = uz.chunk_bytes();
     let before = uz.stats();
-    assert_eq!(before.zswap.device_pages, pages as u64, "{before:?}");
 
     // A scan's entry (the first page of the first chunk) takes it whole.
     check(&r, 0);
@@ -491,9 +499,7 @@ fn a_chunk_read_whole_from_the_device_keeps_its_slots() {
     for i in PER..pages {
         check(&r, i);
     }
-    let st = uz.stats();
-    assert_eq!(st.zswap.checksum_fail + st.zswap.decompress_fail, 0);
-    assert_eq!(st.fault_errors, 0, "{st:?}");
+    no_errors(&uz);
 }
 
 /// A chunk with every group mapped (read group by group at random, or
