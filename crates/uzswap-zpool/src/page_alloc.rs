@@ -75,7 +75,9 @@
 //! as any trim does, and zaps its ranges outside it too, their pages marked
 //! used (*releasing*, counted as held) until the zap is done. The work is
 //! moved, not saved: on a machine with no idle CPU it costs the same. Past
-//! twice the bound, or with no live page left, the free trims itself.
+//! twice the bound, or with no live page left, the free trims itself; with
+//! none left it first waits for a release in flight (`Core::released`),
+//! as a trim to nothing does, so an empty pool holds nothing.
 //!
 //! # Huge arenas
 //! Faulting pool memory in 4 KiB at a time costs a page allocation, a
@@ -118,7 +120,10 @@
 //! until added; its pages are counted as `pending` meanwhile, and another
 //! alloc that finds nothing waits on a condition variable for it);
 //! `MADV_DONTNEED` runs under it, since the pages it zaps must not be handed
-//! out before the call returns. The fill thread faults its range in with
+//! out before the call returns, except the fill thread's, which marks the
+//! pages used first and zaps with the lock dropped (a free of the last live
+//! page, or a trim to nothing, waits for it on a condition variable of the
+//! same mutex; the fill thread takes no other lock). The fill thread faults its range in with
 //! the lock dropped, its pages marked used (no alloc, trim or unmap touches
 //! them), and waits for work on a condition variable of the same mutex; an
 //! alloc the lists could not serve wakes it where the cache is short, the
@@ -446,6 +451,10 @@ pub(crate) struct Core {
     /// The fill thread waits here (with `inner`) while the cache is full
     /// enough.
     fill: parking_lot::Condvar,
+    /// Signalled when the fill thread's release ends (`releasing_pages`
+    /// back to 0 for it): a free of the last live page, or a trim to
+    /// nothing, waits for it.
+    released: parking_lot::Condvar,
     /// A fill thread was started for this provider (or failed to start).
     fill_on: AtomicBool,
     /// The fill thread runs: frees leave due trims to it.
@@ -588,6 +597,7 @@ impl Core {
             }),
             grown: parking_lot::Condvar::new(),
             fill: parking_lot::Condvar::new(),
+            released: parking_lot::Condvar::new(),
             fill_on: AtomicBool::new(false),
             trim_ahead: AtomicBool::new(false),
             deferred_trims: AtomicU64::new(0),
@@ -805,9 +815,15 @@ impl Core {
             }
             Released::default()
         } else {
-            inner.trim_due = false;
-            let target = inner.live_pages / (2 * CACHE_DIVISOR);
-            inner.trim(target, false)
+            // The last live page gone: a release the fill thread has in
+            // flight ends first, so that an empty pool holds nothing once
+            // this returns.
+            while g.live_pages == 0 && g.releasing_pages > 0 {
+                self.released.wait(&mut g);
+            }
+            g.trim_due = false;
+            let target = g.live_pages / (2 * CACHE_DIVISOR);
+            g.trim(target, false)
         };
         self.finish(g, rel)
     }
@@ -834,6 +850,7 @@ impl Core {
         });
         g.finish_release(&rel.releasing);
         self.publish(g);
+        self.released.notify_all();
         self.deferred_trims.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -842,6 +859,10 @@ impl Core {
     pub(crate) fn trim(&self, keep_bytes: u64) -> u64 {
         let mut g = self.inner.lock();
         g.drop_fill |= keep_bytes == 0 && g.filling_pages > 0;
+        // As the last free: nothing held once a trim to nothing returns.
+        while keep_bytes == 0 && g.releasing_pages > 0 {
+            self.released.wait(&mut g);
+        }
         let rel = g.trim(keep_bytes / PAGE_SIZE as u64, false);
         self.finish(g, rel)
     }
