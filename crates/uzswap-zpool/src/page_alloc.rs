@@ -840,11 +840,12 @@ impl Core {
         self.publish(g);
         let (maps, zaps) = (std::mem::take(&mut rel.maps), std::mem::take(&mut rel.zaps));
         parking_lot::MutexGuard::unlocked(g, || {
-            drop(maps); // munmap
-                        // SAFETY: each range lies inside an arena mapping (which stays
-                        // mapped while any of its pages is used) and holds only pages
-                        // marked used for this release: no span owns them and no alloc,
-                        // trim or unmap touches them until `finish_release`.
+            // The arenas left empty are unmapped here, as `finish` does.
+            drop(maps);
+            // SAFETY: each range lies inside an arena mapping (which stays
+            // mapped while any of its pages is used) and holds only pages
+            // marked used for this release: no span owns them and no alloc,
+            // trim or unmap touches them until `finish_release`.
             let failed = unsafe { crate::zap::zapper().zap(&zaps) };
             debug_assert!(failed.is_empty(), "MADV_DONTNEED failed: {failed:?}");
         });

@@ -1308,14 +1308,13 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
     // for room) the loop claims again, a claim of an entry already claimed
     // holding, and stores what is missing; an abort then leaves the pages
     // it did not reach with ordinary copies, equal to them, which PARTIAL
-    // allows as it allows none.
-    let pages = 1usize << sh.order;
-    // Not counted for the keep policy (`keep.rs`): it weighs whether pool
-    // copies live to be claimed or are freed for room, and written-back
-    // copies are never freed for room (counted, they turned GNU sort's
-    // reads protected: 4-7 k write-protect faults against 1.5 k).
+    // allows as it allows none. The claims are not counted for the keep
+    // policy (`keep.rs`): it weighs whether pool copies live to be claimed
+    // or are freed for room, and written-back copies are never freed for
+    // room (counted, they turned GNU sort's reads protected: 4-7 k
+    // write-protect faults against 1.5 k).
     let ranges = if v.word & KEPT != 0 && sh.zswap.claim_clean(first, sh.order) {
-        taken.extend((0..pages as u64).map(|i| first.offset(i)));
+        taken.extend((0..1u64 << sh.order).map(|i| first.offset(i)));
         Vec::new()
     } else {
         ranges

@@ -154,15 +154,13 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
                 // one touch leaves them all writable; the pin keeps them
                 // so. It may stay PARTIAL all the same (DIRTY), so done
                 // after the touch whatever the word says then.
-                if fault::whole(sh, w) {
-                    last = true;
-                } else {
+                if !fault::whole(sh, w) {
                     completions += 1;
                     if fault::will_need(sh, r, ci..ci + 1).is_ok() && completions < 3 {
                         continue;
                     }
-                    last = true;
                 }
+                last = true;
             }
             for p in (s & !(PAGE_SIZE - 1)..e).step_by(PAGE_SIZE) {
                 // SAFETY: `p` lies in a live region mapping; the access is
