@@ -1093,9 +1093,11 @@ pub fn markdown(cells: &[Cell]) -> String {
             );
             continue;
         }
-        let elapsed = match c.runs_elapsed_s.len() {
-            0 | 1 => format!("{:.2}", c.elapsed_s),
-            n => format!("{:.2} (median of {n})", c.elapsed_s),
+        let (n, failed) = (c.runs_elapsed_s.len(), c.runs_failed.len());
+        let elapsed = match (n, failed) {
+            (0 | 1, 0) => format!("{:.2}", c.elapsed_s),
+            (_, 0) => format!("{:.2} (median of {n})", c.elapsed_s),
+            _ => format!("{:.2} (median of {n}; {failed} more failed)", c.elapsed_s),
         };
         s += &format!(
             "| {} | {} | {elapsed} | {} | {} | {} | {} | {output} |\n",
@@ -1509,7 +1511,7 @@ mod tests {
         assert_eq!((m.elapsed_s, m.major_faults), (8.0, 2));
         assert_eq!(m.runs_elapsed_s, vec![7.0, 8.0]);
         assert_eq!(m.runs_failed, vec!["OOM".to_string()]);
-        assert!(markdown(&[m]).contains("8.00 (median of 2)"));
+        assert!(markdown(&[m]).contains("8.00 (median of 2; 1 more failed)"));
         // One run: as it was.
         let m = pick_median(vec![run(5.0, 1)]);
         assert_eq!(m.elapsed_s, 5.0);
