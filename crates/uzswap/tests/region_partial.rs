@@ -372,21 +372,24 @@ fn no_errors(uz: &Uzswap) {
 fn written_back_region() -> Option<(Uzswap, Region)> {
     // A budget gives the instance its swap device; the region fits it, so
     // nothing is evicted but by hint and nothing written back but here.
+    // Its pool share (32 MiB) makes device writes whole 2 MiB runs, so a
+    // walk takes the region's pages as one run.
     let (uz, r) = stored_region(Config {
-        budget: 64 << 20,
+        budget: 160 << 20,
         writeback: Some(Default::default()),
         ..cfg()
     })?;
-    // Second chance takes two walks; the warm region decays over several.
-    for _ in 0..16 {
+    // Second chance takes two walks; the warm region decays over several
+    // (each walk's runs end at one device write's worth of objects).
+    let pages = (r.len() / PAGE_SIZE) as u64;
+    for _ in 0..64 {
+        if uz.stats().zswap.device_pages == pages {
+            break;
+        }
         uz.zswap().shrink(u64::MAX);
     }
     let st = uz.stats();
-    assert_eq!(
-        st.zswap.device_pages,
-        (r.len() / PAGE_SIZE) as u64,
-        "{st:?}"
-    );
+    assert_eq!(st.zswap.device_pages, pages, "{st:?}");
     Some((uz, r))
 }
 

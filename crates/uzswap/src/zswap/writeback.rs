@@ -147,18 +147,26 @@ pub(super) struct Candidate {
 /// are stored together, so they sit next to each other in the ring; taking
 /// them all makes the folio one run of contiguous slots and its fault one
 /// device read.
-fn continues_run(batch: &[Candidate], next: Option<Node>) -> bool {
+///
+/// Up to `max_bytes` of objects: what one device write takes
+/// (`write_order`). A longer run goes out in several writes anyway, and
+/// every object of a batch is held as a copy until it is written: runs of
+/// 512 pages held 1.5 MiB of copies per walking thread, outside the
+/// budget, under GNU sort's 46 MiB budget, whose writes are 512 KiB.
+fn continues_run(batch: &[Candidate], next: Option<Node>, max_bytes: usize) -> bool {
     let (Some(last), Some(next)) = (batch.last(), next) else {
         return false;
     };
-    let first = batch
+    let (pages, bytes) = batch
         .iter()
         .rev()
-        .take_while(|c| c.key.0 >> MAX_ORDER == last.key.0 >> MAX_ORDER);
+        .take_while(|c| c.key.0 >> MAX_ORDER == last.key.0 >> MAX_ORDER)
+        .fold((0usize, 0usize), |(n, b), c| (n + 1, b + c.len as usize));
     next.key > last.key.0
         && next.key - last.key.0 <= RUN_GAP
         && next.key >> MAX_ORDER == last.key.0 >> MAX_ORDER
-        && first.count() < 1 << MAX_ORDER
+        && pages < 1 << MAX_ORDER
+        && bytes < max_bytes
 }
 
 /// Objects a load read from the device: `index[i]` is the byte offset of
@@ -185,6 +193,7 @@ impl Zswap {
         };
         let mut unreturned = 0u64;
         let mut raw_from = 0;
+        let max_run = PAGE_SIZE << write_order(self.max_pool_bytes());
         while res.scanned < max_scan && res.stop.is_none() && !done(self) {
             if !self.writeback_possible() {
                 break;
@@ -209,7 +218,7 @@ impl Zswap {
                     // whatever the other shards' heads say: splitting a
                     // folio between batches would cost its fault two
                     // device reads.
-                    let cont = continues_run(&batch, g.peek_lru());
+                    let cont = continues_run(&batch, g.peek_lru(), max_run);
                     let full = batch.len() + dense.len() >= WB_BATCH;
                     if (full || res.scanned >= max_scan) && !cont {
                         break;
@@ -342,9 +351,12 @@ impl Zswap {
         let Payload::Pool { handle, len, comp } = e.payload else {
             unreachable!("only pool entries are on the LRU")
         };
-        let mut data = Zeroizing::new(vec![0u8; PAGE_SIZE].into_boxed_slice());
-        self.pool
-            .read(handle, |obj| data[..obj.len()].copy_from_slice(obj));
+        // The object's own length, not a page: a walk isolates a batch and
+        // finishes a folio's run past it (up to 512 pages), and the
+        // shrinker thread and a store's direct walk may each hold one.
+        // Page-sized copies held ~1000 pages (4 MiB of glibc arenas,
+        // outside the budget) at once under GNU sort's 46 MiB budget.
+        let data = Zeroizing::new(self.pool.read(handle, |obj| Box::<[u8]>::from(obj)));
         Candidate {
             key: SwapEntry(node.key),
             seq: node.seq,
@@ -705,6 +717,34 @@ fn write_order(max_pool: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_continues_up_to_one_writes_bytes() {
+        let cand = |key: u64, len: u16| Candidate {
+            key: SwapEntry(key),
+            seq: 0,
+            handle: Handle(0),
+            data: Zeroizing::new(Box::from(&[][..])),
+            len,
+            comp: None,
+            csum: 0,
+        };
+        let next = |key: u64| Some(Node { key, seq: 0 });
+        let batch: Vec<Candidate> = (0..4).map(|k| cand(k, 1000)).collect();
+        // The next key, under the byte bound: taken.
+        assert!(continues_run(&batch, next(4), 8192));
+        // Past a gap, or into the next 2 MiB block: not a run.
+        assert!(!continues_run(&batch, next(4 + RUN_GAP), 8192));
+        let end: Vec<Candidate> = (508..512).map(|k| cand(k, 10)).collect();
+        assert!(!continues_run(&end, next(512), 8192));
+        // The run already holds a write's worth of objects: stop.
+        assert!(!continues_run(&batch, next(4), 4000));
+        // Only the run's own objects count: those before a gap do not.
+        let mut split: Vec<Candidate> = vec![cand(600, 4000)];
+        split.extend((1024..1026).map(|k| cand(k, 1000)));
+        assert!(continues_run(&split, next(1026), 4000));
+        assert!(!continues_run(&[], next(0), 8192));
+    }
 
     #[test]
     fn writes_are_bounded_by_the_pool_limit() {
