@@ -148,6 +148,8 @@ fn bench_programs_bad_arguments() {
     assert_clean_failure(&with(&["--budget-share", "nan"]), "out of range");
     assert_clean_failure(&with(&["--folio", "3K"]), "power of two");
     assert_clean_failure(&with(&["--compressor", "nope"]), "--compressor");
+    assert_clean_failure(&with(&["--repeat", "0"]), "not in 1..=9");
+    assert_clean_failure(&with(&["--repeat", "10"]), "not in 1..=9");
     assert_clean_failure(
         &["bench", "programs", "--kernel", "uzswap-lz4"],
         "not a kernel backend",
