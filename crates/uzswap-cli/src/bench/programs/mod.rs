@@ -21,6 +21,10 @@
 //!    limit turns into room for the program's heap; the equal-memory cell
 //!    is the one at the kernel's memory in both respects. The target is
 //!    given against both.
+//! 5. with `--repeat N`, each equal-memory cell and its kernel cell N - 1
+//!    more times, in turn, at the limit and budget they were fitted to;
+//!    each is reported at its median run (`pick_median`), since one run of
+//!    either moves the ratio between them by tens of percent here.
 //!
 //! Each cell reports its elapsed time, slowdown over plain, peak memory,
 //! major faults, and whether its output (standard output, output files, a
@@ -755,9 +759,7 @@ impl Ctx<'_> {
         c.fits = fits;
         Some(c)
     }
-}
 
-impl Ctx<'_> {
     /// `--repeat`: run kernel cell `k` and the equal-memory cell `e`
     /// matched to it `repeat - 1` more times, in turn, at the limit and
     /// budget they were fitted to, and make each the run of median elapsed
