@@ -123,11 +123,11 @@
 //! out before the call returns, except the fill thread's, which marks the
 //! pages used first and zaps with the lock dropped (a free of the last live
 //! page, or a trim to nothing, waits for it on a condition variable of the
-//! same mutex; the fill thread takes no other lock). The fill thread faults its range in with
-//! the lock dropped, its pages marked used (no alloc, trim or unmap touches
-//! them), and waits for work on a condition variable of the same mutex; an
-//! alloc the lists could not serve wakes it where the cache is short, the
-//! owner's drop stops and joins it. A fill that ends after a trim to
+//! same mutex; the fill thread takes no other lock). The fill thread
+//! faults its range in with the lock dropped, its pages marked used (no
+//! alloc, trim or unmap touches them), and waits for work on a condition
+//! variable of the same mutex; an alloc the lists could not serve wakes it
+//! where the cache is short, the owner's drop stops and joins it. A fill that ends after a trim to
 //! nothing, or after the last live run went, is given back at once, so
 //! nothing stays cached after [`Core::trim`] with 0 or in an empty pool.
 //! The mutex also orders reuse: everything a span's last users did to its

@@ -531,8 +531,7 @@ fn a_chunk_with_every_group_mapped_pins_for_writing_and_forks() {
                 page(&r, PER + i)[1] ^= 0x5a;
             }
         }
-        let _fork = uz.prepare_fork().expect("nothing left to bring in");
-        drop(_fork);
+        drop(uz.prepare_fork().expect("nothing left to bring in"));
         for i in 0..PER {
             let mut want = vec![0; PAGE_SIZE];
             Pattern::Index.fill((PER + i) as u64, SEED, &mut want);
