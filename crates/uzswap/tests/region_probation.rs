@@ -88,3 +88,59 @@ fn hot_set_stays(nregions: usize) {
         check(i);
     }
 }
+
+/// Random reads whose copies the cache still holds leave by those copies:
+/// the evictor takes probation's pages (a claim and a zap) before it frees
+/// a copy, so a page read once and not again is not compressed a second
+/// time (`evict::probation_first`).
+#[test]
+fn random_reads_are_evicted_by_their_copies() {
+    const CHUNKS: usize = 1024;
+    // The 64 MiB region is ~38 MiB of pool (text, 4 KiB pages, lz4), so
+    // the budget leaves a few MiB of resident room: less than a round of
+    // reads, one page of every chunk, and the copies they keep.
+    let Some(uz) = instance(Config {
+        budget: 44 << 20,
+        folio_order: ORDER,
+        writeback: None,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let r = uz.region(CHUNKS * uz.chunk_bytes()).unwrap();
+    for i in 0..CHUNKS * PER {
+        Pattern::Text.fill(i as u64, SEED, page(&r, i));
+    }
+    r.advise(0..r.len(), Advice::PageOut).unwrap();
+    let before = uz.stats();
+    // Round k reads page k of every chunk: by the time a round comes back
+    // to a chunk, its page of the round before has been evicted, so every
+    // read is a chunk's first (a probation entry with its copy kept).
+    for round in 0..4 {
+        for c in 0..CHUNKS {
+            let i = c * PER + round;
+            assert!(
+                Pattern::Text.verify(i as u64, SEED, page(&r, i)),
+                "page {i}"
+            );
+        }
+    }
+    let st = uz.stats();
+    let claimed = st.evicted_clean - before.evicted_clean;
+    let dropped = st.zswap.clean_dropped - before.zswap.clean_dropped;
+    let probation = st.evicted_probation - before.evicted_probation;
+    assert!(probation >= 2 * CHUNKS as u64, "{st:?}");
+    assert!(
+        claimed >= probation * 3 / 4 && dropped <= claimed / 4,
+        "{claimed} claimed, {dropped} freed for room, {probation} probation \
+         evictions: {st:?}"
+    );
+    assert!(st.peak_bytes <= 44 << 20, "{st:?}");
+    assert_eq!(st.fault_errors, 0);
+    for i in 0..CHUNKS * PER {
+        assert!(
+            Pattern::Text.verify(i as u64, SEED, page(&r, i)),
+            "page {i}"
+        );
+    }
+}

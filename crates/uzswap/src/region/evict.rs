@@ -27,8 +27,11 @@
 //! group: a single random read is taken for a use-once); the hand clears
 //! REF, then ACTIVE (set by a workingset refault), then REJECTED (a refused
 //! store), and takes a chunk that has none. Clean chunks (a clean copy kept in the cache) are taken like
-//! any other and cost only a zap once their copy is claimed. Before evicting
-//! anything, the evictor frees clean copies: they keep no chunk resident.
+//! any other and cost only a zap once their copy is claimed. Before the
+//! CLOCK takes anything, the evictor frees clean copies (they keep no
+//! chunk resident), but after probation's victims: a random read's page
+//! whose copy is still in the cache is evicted by a claim and a zap, where
+//! freeing its copy first made its eviction a store (`probation_first`).
 //!
 //! Zaps are gathered per region and made many ranges per call
 //! (`uzswap_zpool::zap`):
@@ -398,6 +401,9 @@ pub(super) fn backstop(sh: &Shared) {
     // its threads' time.
     let step = backstop_step(sh, incoming);
     while sh.usage() + incoming > limit() {
+        if probation_first(sh, false) {
+            continue;
+        }
         if drop_clean_copies(sh, sh.usage() + incoming - limit()) {
             continue;
         }
@@ -461,8 +467,25 @@ fn room_for_store(sh: &Shared) {
     }
 }
 
-/// Free clean copies in the cache (pool copies of CLEAN chunks) before
-/// evicting anything: they duplicate chunks that are mapped, so freeing
+/// While the cache holds clean copies, a probation step before any copy
+/// is freed: a random read's page not read again since is the next victim
+/// anyway, and where its copy is still in the cache its eviction claims
+/// the copy and zaps, no compression, freeing a whole page of resident
+/// memory; freeing the copy first frees half a page of pool (lz4's ratio
+/// on a typical heap) and makes that same eviction, a moment later, a
+/// store. The kernel's reclaim likewise takes clean swap-cache pages off
+/// the inactive list before anything dirty. Freed copies are the ones
+/// whose chunks were read again (left probation). True if usage went down.
+fn probation_first(sh: &Shared, take_slot: bool) -> bool {
+    if sh.zswap.clean_pages() == 0 {
+        return false;
+    }
+    let _slot = take_slot.then(|| sh.slots.take());
+    evict_from(sh, PROBATION_STEP, false).is_some_and(|f| f > 0)
+}
+
+/// Free clean copies in the cache before the CLOCK evicts anything (after
+/// `probation_first`): they duplicate chunks that are mapped, so freeing
 /// them keeps every chunk resident and costs no I/O, only a recompression
 /// if such a chunk is evicted later. True if usage went down.
 fn drop_clean_copies(sh: &Shared, want: u64) -> bool {
@@ -496,6 +519,9 @@ pub(super) fn evictor_loop(sh: &Shared) {
         super::own::refresh(sh);
         sh.evictor_busy.store(true, Relaxed);
         while sh.usage() > sh.low && !sh.stop.load(Acquire) {
+            if probation_first(sh, true) {
+                continue;
+            }
             if drop_clean_copies(sh, sh.usage() - sh.low) {
                 continue;
             }
@@ -534,6 +560,11 @@ pub(super) fn evictor_loop(sh: &Shared) {
 /// Returns the bytes of usage it freed (see [`run_protocol`]), or None if
 /// no chunk could be taken.
 fn evict_batch(sh: &Shared, size: u64) -> Option<i64> {
+    evict_from(sh, size, true)
+}
+
+/// `evict_batch`, or only its probation part where `clock` is false.
+fn evict_from(sh: &Shared, size: u64, clock: bool) -> Option<i64> {
     let regions = sh.snapshot_regions();
     let mut victims = Vec::new();
     let (mut got, mut freed) = (0, None::<i64>);
@@ -557,7 +588,7 @@ fn evict_batch(sh: &Shared, size: u64) -> Option<i64> {
     // selection to its zap, and a fault on it waits all that time. Taken
     // a whole batch at once, a fault parked on one waited 11 ms on average
     // (usemem's random row: 285 parks, 3.2 s of its threads' time).
-    while got < size {
+    while clock && got < size {
         let want = (size - got).min(CLOCK_STEP.max(sh.chunk as u64));
         // The hand is ours only while taking: other evictions' steps take
         // their victims while this one stores its own.

@@ -43,8 +43,9 @@
 //! What a protected install keeps of the copy. A whole chunk (`install`,
 //! and a PARTIAL chunk completed by a read, `fill`) keeps none: it is
 //! loaded exclusively and installed protected, CLEAN with no copy. The
-//! evictor frees clean copies before it evicts anything (they hold no
-//! chunk resident), so under pressure a whole chunk's copy was dropped
+//! evictor frees clean copies before the CLOCK takes anything (they hold
+//! no chunk resident; only probation's victims go first, and a whole
+//! chunk is never on probation), so under pressure a whole chunk's copy was dropped
 //! before its chunk came up for eviction: 1-2 claimed of 262 k dropped in
 //! usemem's sequential index row, none of 262 k in its text row. Keeping
 //! them cost the keeping load (decompressed under the shard lock), the

@@ -45,6 +45,11 @@ impl Zswap {
         all
     }
 
+    /// Clean copies the cache holds now (pages).
+    pub fn clean_pages(&self) -> u64 {
+        self.tree.clean_len()
+    }
+
     /// Free clean copies, oldest first, until `bytes` of compressed objects
     /// are gone or none is left, then compact the pool so the freed space
     /// leaves `pool_total_size`. No I/O: their pages are held by the caller.
