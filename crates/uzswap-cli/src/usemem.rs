@@ -75,7 +75,7 @@ pub struct Args {
     /// Total working set (all workers together), e.g. 512M, 4G.
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     pub size: u64,
-    /// Page content pattern: index, zero, same, text, random, mixed.
+    /// Page content pattern: index, zero, same, text, random, mixed, sparse.
     #[arg(long, default_value = "mixed")]
     pub pattern: Pattern,
     /// Passes over the working set: the first writes, the rest read.

@@ -25,16 +25,22 @@ pub enum Pattern {
     Random,
     /// A blend: 20% zero, 5% same, 45% text, 20% index, 10% random.
     Mixed,
+    /// Zeros with one word in sixteen set to a random value, as many heap
+    /// pages are (structures mostly zero, arrays partly written): the zero
+    /// runs are matches that overlap their own output, the case a
+    /// decoder's match copy decides.
+    Sparse,
 }
 
 impl Pattern {
-    pub const ALL: [Pattern; 6] = [
+    pub const ALL: [Pattern; 7] = [
         Pattern::Index,
         Pattern::Zero,
         Pattern::Same,
         Pattern::Text,
         Pattern::Random,
         Pattern::Mixed,
+        Pattern::Sparse,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +51,7 @@ impl Pattern {
             Pattern::Text => "text",
             Pattern::Random => "random",
             Pattern::Mixed => "mixed",
+            Pattern::Sparse => "sparse",
         }
     }
 
@@ -64,6 +71,7 @@ impl Pattern {
                 70..=89 => fill_index(index, seed, page),
                 _ => fill_random(index, seed, page),
             },
+            Pattern::Sparse => fill_sparse(index, seed, page),
         }
     }
 
@@ -125,6 +133,18 @@ fn fill_index(index: u64, seed: u64, page: &mut [u8]) {
     }
     // The seed goes in the second word only: the page stays an index page.
     page[8..16].copy_from_slice(&(base + 1 + seed).to_le_bytes());
+}
+
+fn fill_sparse(index: u64, seed: u64, page: &mut [u8]) {
+    page.fill(0);
+    let words = PAGE_SIZE / 8;
+    let mut s = mix(index ^ seed.rotate_left(29)) | 1;
+    for _ in 0..words / 16 {
+        s = mix(s);
+        let w = (s as usize >> 8) % words;
+        page[w * 8..w * 8 + 8].copy_from_slice(&mix(s).to_le_bytes());
+    }
+    stamp(page, index, seed);
 }
 
 fn fill_random(index: u64, seed: u64, page: &mut [u8]) {
@@ -276,7 +296,10 @@ mod tests {
             p.fill(7, 1, &mut b);
             assert_eq!(a, b, "{p}");
             assert!(p.verify(7, 1, &a), "{p}");
-            if matches!(p, Pattern::Index | Pattern::Text | Pattern::Random) {
+            if matches!(
+                p,
+                Pattern::Index | Pattern::Text | Pattern::Random | Pattern::Sparse
+            ) {
                 assert!(!p.verify(8, 1, &a), "{p} page 7 must not verify as page 8");
                 assert!(!p.verify(7, 2, &a), "{p} seed 1 must not verify as seed 2");
             }
@@ -291,6 +314,17 @@ mod tests {
         Pattern::Same.fill(3, 0, &mut a);
         assert!(a.chunks_exact(8).all(|w| w == &a[..8]));
         assert_ne!(&a[..8], &[0u8; 8]);
+    }
+
+    #[test]
+    fn sparse_is_mostly_zero_words() {
+        let mut a = [1u8; PAGE_SIZE];
+        Pattern::Sparse.fill(5, 9, &mut a);
+        let set = a
+            .chunks_exact(8)
+            .filter(|w| w.iter().any(|&b| b != 0))
+            .count();
+        assert!((8..=34).contains(&set), "{set} words set");
     }
 
     #[test]

@@ -458,7 +458,7 @@ fn concurrent_store_load_invalidate_keeps_content() {
                     rng ^= rng << 17;
                     let k = (rng % (KEYS / threads)) * threads + t;
                     let first = SwapEntry::new(0, k * 4);
-                    let p = Pattern::ALL[(rng >> 32) as usize % 6];
+                    let p = Pattern::ALL[(rng >> 32) as usize % Pattern::ALL.len()];
                     match (rng >> 40) % 4 {
                         0 | 1 => {
                             next_seed += 1;

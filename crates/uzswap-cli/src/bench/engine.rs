@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "index,zero,same,text,random,mixed"
+        default_value = "index,zero,same,text,random,mixed,sparse"
     )]
     pub patterns: Vec<Pattern>,
     /// Folio size for store_folio / load_folio (a power of two of pages).
