@@ -550,7 +550,8 @@ fn refill_dropped(
     let res = loop {
         // SAFETY: `sh.zeros` holds at least a page; `page` lies in a
         // registered region whose chunk we own (BUSY) under its live lock.
-        match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, wp) } {
+        match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, wp, false) }
+        {
             Ok(Copy::Again(_)) => std::thread::yield_now(),
             other => break other,
         }
@@ -761,7 +762,8 @@ fn install(
     };
     // Charge before the pages appear, so usage never under-reports.
     sh.resident.fetch_add(sh.chunk as u64, Relaxed);
-    if let Err((e, mapped)) = copy_chunk(sh, base, scratch, keep) {
+    let woke = wake_on_copy(sh);
+    if let Err((e, mapped)) = copy_chunk(sh, base, scratch, keep, woke) {
         sh.resident.fetch_sub(sh.chunk as u64, Relaxed);
         if !keep && mapped > 0 {
             // Pages placed writable may have been written already: protect
@@ -784,15 +786,13 @@ fn install(
     if kept {
         sh.ctr.kept_installs.fetch_add(1, Relaxed);
     }
-    // Publish the state before waking, so the woken thread (and anything it
-    // does next, like a hint) finds the chunk settled.
-    chunk::release(
+    let waiter = chunk::release(
         &r.state[ci],
         to,
         REJECTED | ACTIVE | PART_BITS,
         REF | flags | bits,
     );
-    settled(sh, base);
+    settled_after(sh, base, woke, waiter);
     Installed::Yes
 }
 
@@ -1094,7 +1094,8 @@ fn install_group(
     sh.ctr.faults_partial.fetch_add(1, Relaxed);
     let bytes = (g * PAGE_SIZE) as u64;
     sh.resident.fetch_add(bytes, Relaxed);
-    if let Err((e, mapped)) = copy_chunk(sh, at, buf, !write) {
+    let woke = wake_on_copy(sh);
+    if let Err((e, mapped)) = copy_chunk(sh, at, buf, !write, woke) {
         sh.resident.fetch_sub(bytes, Relaxed);
         if write && mapped > 0 {
             // As `install`: what was placed writable may have been written
@@ -1118,12 +1119,12 @@ fn install_group(
         r.shadow[ci].store(sh.ctr.pgmajfault.load(Relaxed) as u32, Relaxed);
     }
     let bits = chunk::part_bits(mask | chunk::group_bit(p, pages));
-    chunk::release(&r.state[ci], PARTIAL, clear, flags | bits);
+    let waiter = chunk::release(&r.state[ci], PARTIAL, clear, flags | bits);
     if mask == 0 {
         super::evict::on_probation(sh, r, ci);
     }
     // Faults on other pages of the chunk may have parked on it.
-    settled(sh, base);
+    settled_after(sh, base, woke, waiter);
     Installed::Yes
 }
 
@@ -1184,7 +1185,7 @@ fn fill(
     sh.resident.fetch_add(more, Relaxed);
     for part in &parts {
         let src = &scratch[part.start * PAGE_SIZE..part.end * PAGE_SIZE];
-        if let Err((e, _)) = copy_chunk(sh, base + part.start * PAGE_SIZE, src, true) {
+        if let Err((e, _)) = copy_chunk(sh, base + part.start * PAGE_SIZE, src, true, false) {
             sh.resident.fetch_sub(more, Relaxed);
             for part in &parts {
                 unmap_and_restore(sh, r, ci, part.clone(), scratch, mode);
@@ -1324,9 +1325,35 @@ fn copy_written(sh: &Shared) {
 /// threads parked on it, note the peak, and kick the evictor above the high
 /// watermark.
 fn settled(sh: &Shared, base: usize) {
-    sh.wake(base, sh.chunk);
+    settled_after(sh, base, false, true);
+}
+
+/// [`settled`] after an install whose `UFFDIO_COPY` already woke (`woke`)
+/// the threads waiting on the pages it placed: the chunk's other pages
+/// are woken only where a fault parked on the chunk (`waiter`, from
+/// `chunk::release`).
+fn settled_after(sh: &Shared, base: usize, woke: bool, waiter: bool) {
+    if !woke || waiter {
+        sh.wake(base, sh.chunk);
+    }
     sh.note_peak();
     evict::maybe_kick(sh);
+}
+
+/// Whether a fault's install lets its `UFFDIO_COPY` wake the faulting
+/// thread, rather than copying with `DONTWAKE` and waking the chunk with
+/// a second call (`UFFDIO_WAKE`) once its state is published: under
+/// handler threads, one system call per fault fewer (threads under 131
+/// MiB: median 13.9 -> 12.4 s over nine alternating pairs, never slower
+/// beyond noise; docs/BENCHMARKS.md). The woken thread may then run before
+/// the chunk leaves BUSY; what it does next is what any other thread of
+/// the program could already do between the copy and the publication (the
+/// copy maps the pages for every thread): a fault on the chunk's other
+/// pages parks (WAITER) and is woken by `settled_after`, a hint or a fork
+/// waits on the owned chunk as for any other. In signal mode nobody sleeps
+/// in the kernel, so there is nothing to wake.
+fn wake_on_copy(sh: &Shared) -> bool {
+    !sh.signal
 }
 
 /// Load the pages of `parts` (the pages of a chunk around its mapped ones)
@@ -1429,7 +1456,7 @@ fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     sh.ctr.faults_zero.fetch_add(1, Relaxed);
     sh.ctr.zero_filled_chunks.fetch_add(n as u64, Relaxed);
     sh.resident.fetch_add(len as u64, Relaxed);
-    if let Err((e, _)) = copy_chunk(sh, base, &sh.zeros[..len], false) {
+    if let Err((e, _)) = copy_chunk(sh, base, &sh.zeros[..len], false, false) {
         sh.resident.fetch_sub(len as u64, Relaxed);
         for c in lo..hi {
             release_failed(sh, r, c, UNTOUCHED);
@@ -1473,7 +1500,13 @@ fn zero_ramp(state: &[AtomicU32], ci: usize, per: usize) -> usize {
 /// One `UFFDIO_COPY` of a whole chunk, carrying on past pages a concurrent
 /// resolver already installed (EEXIST is success for those pages). On
 /// failure, also how many bytes from `base` are mapped by then.
-fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), (String, usize)> {
+fn copy_chunk(
+    sh: &Shared,
+    base: usize,
+    src: &[u8],
+    wp: bool,
+    wake: bool,
+) -> Result<(), (String, usize)> {
     let mut off = 0;
     while off < src.len() {
         // SAFETY: `src[off..]` is readable; `base+off..base+len` is inside a
@@ -1485,6 +1518,7 @@ fn copy_chunk(sh: &Shared, base: usize, src: &[u8], wp: bool) -> Result<(), (Str
                 src[off..].as_ptr(),
                 src.len() - off,
                 wp,
+                wake,
             )
         }
         .map_err(|(e, done)| (e, off + done))?;

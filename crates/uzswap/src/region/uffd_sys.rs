@@ -203,9 +203,10 @@ pub enum Copy {
 }
 
 /// Install `len` bytes from `src` at `dst` (registered, page-aligned) with
-/// one `UFFDIO_COPY`, without waking the threads waiting on the range (the
-/// caller publishes the chunk's new state first, then wakes); with `wp` the
-/// new pages are write-protected so the next write faults.
+/// one `UFFDIO_COPY`; with `wake` the threads waiting on the range are woken
+/// by the copy, else not (`DONTWAKE`: the caller publishes the chunk's new
+/// state first, then wakes); with `wp` the new pages are write-protected so
+/// the next write faults.
 ///
 /// # Safety
 /// `src` must be readable for `len` bytes; `dst..dst+len` must lie in a
@@ -219,6 +220,7 @@ pub unsafe fn copy(
     src: *const u8,
     len: usize,
     wp: bool,
+    wake: bool,
 ) -> Result<Copy, (String, usize)> {
     // Failure injection (`failpoints`): install the first half, then fail.
     let injected = super::failpoints::take_copy();
@@ -234,7 +236,8 @@ pub unsafe fn copy(
         dst: dst as u64,
         src: src as u64,
         len: len as u64,
-        mode: UFFDIO_COPY_MODE_DONTWAKE | if wp { UFFDIO_COPY_MODE_WP } else { 0 },
+        mode: if wake { 0 } else { UFFDIO_COPY_MODE_DONTWAKE }
+            | if wp { UFFDIO_COPY_MODE_WP } else { 0 },
         copy: 0,
     };
     // SAFETY: UFFDIO_COPY reads and writes one `struct uffdio_copy`; the
