@@ -127,9 +127,10 @@
 //! faults its range in with the lock dropped, its pages marked used (no
 //! alloc, trim or unmap touches them), and waits for work on a condition
 //! variable of the same mutex; an alloc the lists could not serve wakes it
-//! where the cache is short, the owner's drop stops and joins it. A fill that ends after a trim to
-//! nothing, or after the last live run went, is given back at once, so
-//! nothing stays cached after [`Core::trim`] with 0 or in an empty pool.
+//! where the cache is short, the owner's drop stops and joins it. A fill
+//! that ends after a trim to nothing, or after the last live run went, is
+//! given back at once, so nothing stays cached after [`Core::trim`] with 0
+//! or in an empty pool.
 //! The mutex also orders reuse: everything a span's last users did to its
 //! pages happens before the free that returns them (the pool frees a span
 //! under its write lock, after all readers left), and the free's unlock

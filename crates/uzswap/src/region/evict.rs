@@ -475,12 +475,21 @@ fn room_for_store(sh: &Shared) {
 /// on a typical heap) and makes that same eviction, a moment later, a
 /// store. The kernel's reclaim likewise takes clean swap-cache pages off
 /// the inactive list before anything dirty. Freed copies are the ones
-/// whose chunks were read again (left probation). True if usage went down.
+/// whose chunks were read again (left probation). The evictor thread
+/// (`take_slot`) waits for an eviction slot first, as for its batches.
+/// True if the caller should look at usage again: it went down, or, after
+/// the wait for the slot, another eviction already took it under the low
+/// watermark.
 fn probation_first(sh: &Shared, take_slot: bool) -> bool {
     if sh.zswap.clean_pages() == 0 {
         return false;
     }
     let _slot = take_slot.then(|| sh.slots.take());
+    // A backstop or a `PageOut` hint may have freed enough while we waited
+    // for the slot (the same check as before the evictor's batch).
+    if take_slot && sh.usage() <= sh.low {
+        return true;
+    }
     evict_from(sh, PROBATION_STEP, false).is_some_and(|f| f > 0)
 }
 

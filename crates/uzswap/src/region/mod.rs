@@ -96,7 +96,11 @@
 //! call changes nothing of the chunk, and gives it back as it was.
 //! A fault that finds a chunk owned sets WAITER and returns at once (handler
 //! threads never block on a chunk); the owner, on leaving, wakes the chunk's
-//! range. A woken write on a chunk that became STORED retries, takes a
+//! range. An install under handler threads is the exception to waking only
+//! on leaving: its `UFFDIO_COPY` wakes the threads waiting on the pages it
+//! placed while the chunk is still BUSY (as any thread could already read
+//! them), and on leaving the owner wakes the rest of the chunk only if a
+//! fault parked (`fault::wake_on_copy`). A woken write on a chunk that became STORED retries, takes a
 //! missing fault and is served from the pool: the write lands on the stored
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
 //! protocol). A fault whose install or unprotect is refused leaves the

@@ -739,7 +739,8 @@ mod tests {
         assert!(!continues_run(&end, next(512), 8192));
         // The run already holds a write's worth of objects: stop.
         assert!(!continues_run(&batch, next(4), 4000));
-        // Only the run's own objects count: those before a gap do not.
+        // Only the run's own objects count: those of an earlier 2 MiB
+        // block do not.
         let mut split: Vec<Candidate> = vec![cand(600, 4000)];
         split.extend((1024..1026).map(|k| cand(k, 1000)));
         assert!(continues_run(&split, next(1026), 4000));
