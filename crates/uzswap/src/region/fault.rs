@@ -19,12 +19,13 @@ use parking_lot::RwLockReadGuard;
 use std::cell::RefCell;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::sync::OnceLock;
 use std::time::Instant;
 use userfaultfd::{Event, EventBuffer, FaultKind, ReadWrite};
 
 pub(super) fn handler_loop(sh: &Shared, h: usize) {
+    HANDLER.set(h);
     let mut buf = EventBuffer::new(32);
     let mut scratch = vec![0u8; sh.chunk];
     let mut faults: Vec<(usize, bool, bool, i32)> = Vec::with_capacity(32);
@@ -763,6 +764,7 @@ fn install(
     // Charge before the pages appear, so usage never under-reports.
     sh.resident.fetch_add(sh.chunk as u64, Relaxed);
     let woke = wake_on_copy(sh);
+    let _published = Publishing::begin(sh, woke);
     if let Err((e, mapped)) = copy_chunk(sh, base, scratch, keep, woke) {
         sh.resident.fetch_sub(sh.chunk as u64, Relaxed);
         if !keep && mapped > 0 {
@@ -1095,6 +1097,7 @@ fn install_group(
     let bytes = (g * PAGE_SIZE) as u64;
     sh.resident.fetch_add(bytes, Relaxed);
     let woke = wake_on_copy(sh);
+    let _published = Publishing::begin(sh, woke);
     if let Err((e, mapped)) = copy_chunk(sh, at, buf, !write, woke) {
         sh.resident.fetch_sub(bytes, Relaxed);
         if write && mapped > 0 {
@@ -1350,10 +1353,78 @@ fn settled_after(sh: &Shared, base: usize, woke: bool, waiter: bool) {
 /// the program could already do between the copy and the publication (the
 /// copy maps the pages for every thread): a fault on the chunk's other
 /// pages parks (WAITER) and is woken by `settled_after`, a hint or a fork
-/// waits on the owned chunk as for any other. In signal mode nobody sleeps
+/// waits on the owned chunk as for any other; the instance's figures wait
+/// for the publication (`PublishSeqs`). In signal mode nobody sleeps
 /// in the kernel, so there is nothing to wake.
 fn wake_on_copy(sh: &Shared) -> bool {
     !sh.signal
+}
+
+thread_local! {
+    /// This thread's index among its instance's handler threads, if it is
+    /// one (`handler_loop`).
+    static HANDLER: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// One sequence per handler thread, odd while that handler runs an install
+/// whose copy woke the faulting thread before the chunk's state (and the
+/// counters after the copy) were published (`wake_on_copy`). The woken
+/// thread may read the instance's figures at once: `Uzswap::stats` and
+/// `Region::resident_bytes` first wait, per handler, for an odd sequence to
+/// move on, so a fault that has returned to its thread is always in them.
+/// The wait is one install at most per handler: it ends at the next
+/// increment, whatever the handler does after.
+pub(super) struct PublishSeqs(Box<[crossbeam::utils::CachePadded<AtomicU64>]>);
+
+impl PublishSeqs {
+    pub(super) fn new(handlers: usize) -> Self {
+        Self((0..handlers).map(|_| Default::default()).collect())
+    }
+
+    pub(super) fn wait_published(&self) {
+        for seq in self.0.iter() {
+            let v = seq.load(SeqCst);
+            let mut spins = 0u32;
+            while v % 2 == 1 && seq.load(Acquire) == v {
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
+
+/// Marks an install's publication in flight on this handler's sequence
+/// (`PublishSeqs`): begun before the copy that wakes, ended when dropped,
+/// after `settled_after` (or the failure path) has published the chunk.
+struct Publishing<'a>(Option<&'a AtomicU64>);
+
+impl<'a> Publishing<'a> {
+    fn begin(sh: &'a Shared, woke: bool) -> Self {
+        let seq = woke
+            .then(|| sh.publishing.0.get(HANDLER.get()))
+            .flatten()
+            .map(|s| &**s);
+        if let Some(s) = seq {
+            // SeqCst: ordered before the copy's wake-up, so the woken
+            // thread, if it asks at once, sees the install in flight.
+            s.fetch_add(1, SeqCst);
+        }
+        Self(seq)
+    }
+}
+
+impl Drop for Publishing<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.0 {
+            // Release: the chunk's state and the counters are visible to a
+            // reader that sees the sequence move.
+            s.fetch_add(1, Release);
+        }
+    }
 }
 
 /// Load the pages of `parts` (the pages of a chunk around its mapped ones)

@@ -100,7 +100,9 @@
 //! on leaving: its `UFFDIO_COPY` wakes the threads waiting on the pages it
 //! placed while the chunk is still BUSY (as any thread could already read
 //! them), and on leaving the owner wakes the rest of the chunk only if a
-//! fault parked (`fault::wake_on_copy`). A woken write on a chunk that became STORED retries, takes a
+//! fault parked (`fault::wake_on_copy`); `Uzswap::stats` and
+//! `Region::resident_bytes` wait for such installs to publish
+//! (`fault::PublishSeqs`). A woken write on a chunk that became STORED retries, takes a
 //! missing fault and is served from the pool: the write lands on the stored
 //! copy, never in the gap between read-out and zap (DESIGN.md, eviction
 //! protocol). A fault whose install or unprotect is refused leaves the
@@ -697,6 +699,10 @@ struct Shared {
     /// Signal mode: threads resolving a fault now (the backstop's count of
     /// installs that may land at once).
     faulting: std::sync::atomic::AtomicUsize,
+    /// Per handler thread, odd while an install whose copy woke the
+    /// faulting thread has not published the chunk's state yet
+    /// (`fault::Publishing`): what `stats` and `resident_bytes` wait out.
+    publishing: fault::PublishSeqs,
     /// The groups of the last faults resolved on stored memory
     /// (`fault::Recent`): what tells a scan from random access.
     recent: fault::Recent,
@@ -939,6 +945,7 @@ impl Uzswap {
             ctr: Counters::default(),
             signal,
             faulting: std::sync::atomic::AtomicUsize::new(0),
+            publishing: fault::PublishSeqs::new(if signal { 0 } else { cfg.handler_threads }),
             recent: Default::default(),
             keep: Default::default(),
             lat_pool: Histogram::default(),
@@ -1290,6 +1297,8 @@ fn warn_memory_backed(dir: &std::path::Path) {
 }
 
 fn stats_of(sh: &Shared) -> UzswapStats {
+    // A fault that returned to its thread is in these figures.
+    sh.publishing.wait_published();
     let g = |c: &AtomicU64| c.load(Relaxed);
     let c = &sh.ctr;
     UzswapStats {
@@ -1388,6 +1397,7 @@ impl Region {
     /// or EVICTING from one of them): with the region quiescent, the
     /// instance's `resident_bytes` is the sum of this over its regions.
     pub fn resident_bytes(&self) -> u64 {
+        self.owner.sh.publishing.wait_published();
         let chunk = self.owner.sh.chunk;
         let words = self.inner.state.iter().map(|s| s.load(Acquire));
         words.map(|w| chunk::charge(w, chunk)).sum()
