@@ -239,6 +239,45 @@ impl ZsPool {
         }
     }
 
+    /// Hint that `h`'s object will be read soon: start the loads of its
+    /// cache lines (and the page walks behind them) so a read that comes
+    /// one decompression later finds them in cache. No lock: the address is
+    /// computed from a racy snapshot, and a stale one only wastes the hint
+    /// (a prefetch never faults).
+    pub fn prefetch(&self, h: Handle) {
+        let Some((index, gen)) = h.parts() else {
+            return;
+        };
+        let Some(entry) = self.handles.entry(index) else {
+            return;
+        };
+        let Some((g, loc)) = decode(entry.load(Ordering::Relaxed)) else {
+            return;
+        };
+        if g != gen {
+            return;
+        }
+        let Some(slot) = self.spans.slot(loc.span) else {
+            return;
+        };
+        let base = slot.base.load(Ordering::Relaxed);
+        if base.is_null() {
+            return;
+        }
+        let stride = self.classes[self.map.class_of(loc.size as usize)]
+            .layout
+            .size as usize;
+        let start = base.wrapping_add(loc.slot as usize * stride);
+        // The first lines only: the page walk is the long wait, and once
+        // the reader's sequential loads begin, the hardware's stream
+        // prefetcher runs ahead of them. Whole objects (2-3 KiB of text)
+        // cost more hints than they saved (`bench engine`, text load/raw
+        // 0.86 against 0.87-0.88 with 128-512 bytes).
+        for off in (0..(loc.size as usize).min(PREFETCH_BYTES)).step_by(64) {
+            prefetch_line(start.wrapping_add(off));
+        }
+    }
+
     /// Free an object. The handle must be live; freeing a handle that is not
     /// (double free, stale or foreign handle) leaves the pool untouched,
     /// counts it in [`PoolStats::invalid_frees`], and trips a debug
@@ -426,4 +465,18 @@ impl Drop for ZsPool {
             class.inner.lock().drain_spans().for_each(drop);
         }
     }
+}
+
+/// Bytes at the start of an object that [`ZsPool::prefetch`] asks for.
+const PREFETCH_BYTES: usize = 256;
+
+#[inline(always)]
+fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }

@@ -107,6 +107,11 @@ fn invalid_handles_change_nothing() {
     assert!(pool.try_free(Handle(12345)).is_err());
     assert!(pool.try_free(Handle(u64::MAX)).is_err());
     assert!(pool.try_read(a, |_| ()).is_err());
+    // A prefetch is a hint: on any handle it changes nothing and faults on
+    // nothing.
+    for h in [a, b, Handle(12345), Handle(u64::MAX), Handle(0)] {
+        pool.prefetch(h);
+    }
     // The index of `a` is reused with a new generation: the stale handle
     // still does not name the new object.
     let c = pool.store(&content(3, 700)).unwrap();

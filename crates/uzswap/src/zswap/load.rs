@@ -388,6 +388,16 @@ impl Zswap {
                     .zip(out.chunks_exact_mut(PAGE_SIZE))
                     .enumerate()
                 {
+                    // The next object's lines load while this one decodes:
+                    // objects of one folio lie in as many spans as they
+                    // have sizes, where the hardware's prefetcher, which
+                    // follows a stream, does not find them (text pages:
+                    // load/raw 0.84 -> 0.86 in `bench engine`).
+                    if let Some(Payload::Pool { handle, .. }) =
+                        entries.get(i + 1).map(|e| e.payload)
+                    {
+                        self.pool.prefetch(handle);
+                    }
                     self.decompress_one(first.offset(i as u64), e, dev_page(i), page, ctx)?;
                 }
                 Ok::<(), LoadError>(())
