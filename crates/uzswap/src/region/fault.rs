@@ -1373,16 +1373,30 @@ thread_local! {
 /// `Region::resident_bytes` first wait, per handler, for an odd sequence to
 /// move on, so a fault that has returned to its thread is always in them.
 /// The wait is one install at most per handler: it ends at the next
-/// increment, whatever the handler does after.
-pub(super) struct PublishSeqs(Box<[crossbeam::utils::CachePadded<AtomicU64>]>);
+/// increment, whatever the handler does after. A forked child has no
+/// handler threads, and may have copied a sequence left odd by an install
+/// in flight in its parent at the fork: there nothing is waited for.
+pub(super) struct PublishSeqs {
+    seqs: Box<[crossbeam::utils::CachePadded<AtomicU64>]>,
+    /// The process whose handler threads move the sequences.
+    pid: libc::pid_t,
+}
 
 impl PublishSeqs {
     pub(super) fn new(handlers: usize) -> Self {
-        Self((0..handlers).map(|_| Default::default()).collect())
+        Self {
+            seqs: (0..handlers).map(|_| Default::default()).collect(),
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
+        }
     }
 
     pub(super) fn wait_published(&self) {
-        for seq in self.0.iter() {
+        // SAFETY: getpid has no preconditions.
+        if self.seqs.is_empty() || unsafe { libc::getpid() } != self.pid {
+            return;
+        }
+        for seq in self.seqs.iter() {
             let v = seq.load(SeqCst);
             let mut spins = 0u32;
             while v % 2 == 1 && seq.load(Acquire) == v {
@@ -1405,7 +1419,7 @@ struct Publishing<'a>(Option<&'a AtomicU64>);
 impl<'a> Publishing<'a> {
     fn begin(sh: &'a Shared, woke: bool) -> Self {
         let seq = woke
-            .then(|| sh.publishing.0.get(HANDLER.get()))
+            .then(|| sh.publishing.seqs.get(HANDLER.get()))
             .flatten()
             .map(|s| &**s);
         if let Some(s) = seq {
@@ -1720,6 +1734,44 @@ pub(super) fn will_need(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn figures_wait_for_an_unpublished_install_but_not_in_a_child() {
+        let seqs = PublishSeqs::new(2);
+        seqs.seqs[1].fetch_add(1, SeqCst);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                seqs.wait_published();
+                done.store(true, SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!done.load(SeqCst), "returned with an install unpublished");
+            // A forked child sees the odd sequence and no handler to move
+            // it: it must not wait.
+            // SAFETY: the child only calls async-signal-safe functions
+            // (getpid, alarm, _exit) and loads atomics.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+            if pid == 0 {
+                // SAFETY: as above.
+                unsafe {
+                    libc::alarm(5);
+                    seqs.wait_published();
+                    libc::_exit(0);
+                }
+            }
+            seqs.seqs[1].fetch_add(1, Release);
+            let mut status = 0;
+            // SAFETY: waits for the child just forked.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "the child waited (status {status:#x})"
+            );
+        });
+        assert!(done.load(SeqCst));
+    }
 
     fn chunks(states: &[u32]) -> Vec<AtomicU32> {
         states.iter().map(|&s| AtomicU32::new(s)).collect()
