@@ -849,3 +849,41 @@ fn scattered_written_pages_are_protected_by_one_call() {
         assert!(page(&r, i) == &want[..], "page {i}");
     }
 }
+
+/// The figures include every fault that has returned to its thread, with
+/// faults of several threads in flight on both handlers: a handler's copy
+/// wakes the faulting thread before it publishes the chunk, and
+/// `Region::resident_bytes` (which counts chunk states; an owned chunk
+/// counts nothing) must wait for that publication.
+#[test]
+fn figures_include_every_fault_that_returned() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    let chunks = r.len() / uz.chunk_bytes();
+    const THREADS: usize = 4;
+    for round in 0..40 {
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let r = &r;
+                s.spawn(move || {
+                    let mine = (t..chunks).step_by(THREADS);
+                    for (k, ci) in mine.enumerate() {
+                        let i = ci * PER + (round + t) % PER;
+                        read(r, i);
+                        let seen = r.resident_bytes();
+                        assert!(
+                            seen >= ((k + 1) * PAGE_SIZE) as u64,
+                            "round {round}: thread {t} faulted {} pages in, the region shows {seen} bytes",
+                            k + 1
+                        );
+                        check(r, i);
+                    }
+                });
+            }
+        });
+        r.advise(0..r.len(), Advice::PageOut).unwrap();
+        assert_eq!(r.resident_bytes(), 0, "{:?}", uz.stats());
+    }
+    no_errors(&uz);
+}
