@@ -384,10 +384,14 @@ fn resolve_in(
                 let mask = chunk::part_mask(prev).expect("PARTIAL without its mask");
                 if (!wp && mask & bit != 0) || (wp && mask & bit == 0) {
                     // Mapped now, or (a write-protect fault) no longer
-                    // mapped: the woken thread retries and faults afresh.
-                    if chunk::release(&r.state[ci], PARTIAL, 0, 0) {
-                        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
-                    }
+                    // mapped: the thread retries and faults afresh. It
+                    // must be woken here, whatever else parked: a
+                    // write-protect fault on a group the evictor zapped
+                    // before the event was read has had no wake since (a
+                    // zap wakes nobody), and left unwoken it slept for
+                    // good (a soak's thread did).
+                    chunk::release(&r.state[ci], PARTIAL, 0, 0);
+                    sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
                     sh.ctr.faults_stale.fetch_add(1, Relaxed);
                     return;
                 }
