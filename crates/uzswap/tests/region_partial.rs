@@ -515,15 +515,22 @@ fn a_chunk_with_every_group_mapped_pins_for_writing_and_forks() {
         let Some((uz, r)) = stored_region(Config { handler, ..cfg() }) else {
             return;
         };
-        // Every page of chunk 1, one at a time from the last (no fault on
-        // the group after one just faulted: no scan): PARTIAL with every
-        // group.
-        for i in (0..PER).rev() {
+        // Every page of chunk 1, one at a time: the even pages, then
+        // (after enough faults elsewhere that none of them is recent) the
+        // odd ones, so no fault is next to one just faulted (no scan):
+        // PARTIAL with every group.
+        for i in (0..PER).step_by(2) {
+            check(&r, PER + i);
+        }
+        for c in 3..11 {
+            check(&r, c * PER + 5);
+        }
+        for i in (1..PER).step_by(2) {
             check(&r, PER + i);
         }
         let st = uz.stats();
         assert_eq!(st.partial_filled, 0, "{st:?}");
-        assert_eq!(st.resident_bytes, uz.chunk_bytes() as u64);
+        assert_eq!(st.resident_bytes, (uz.chunk_bytes() + 8 * PAGE_SIZE) as u64);
         let at = r.as_ptr() as usize + uz.chunk_bytes();
         {
             let _pin = uz.pin(at, uz.chunk_bytes(), true);
@@ -886,4 +893,55 @@ fn figures_include_every_fault_that_returned() {
         assert_eq!(r.resident_bytes(), 0, "{:?}", uz.stats());
     }
     no_errors(&uz);
+}
+
+#[test]
+fn a_backward_scan_takes_the_chunk_whole_as_a_forward_one_does() {
+    let Some((uz, r)) = stored_region(cfg()) else {
+        return;
+    };
+    let chunk = uz.chunk_bytes() as u64;
+    // A random read on chunk 3's last page comes in alone: the chunk
+    // after it is not mapped, so no scan enters there.
+    check(&r, 4 * PER - 1);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (1, 0), "{st:?}");
+    // The page before it, right after that fault: a scan walking down
+    // takes the rest of the chunk.
+    check(&r, 4 * PER - 2);
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (1, 1), "{st:?}");
+    assert_eq!(st.resident_bytes, chunk);
+    // Walking on down, the last page of chunk 2 (the chunk after it mapped
+    // from its start, and faulted lately) enters chunk 2 whole.
+    for i in (2 * PER..4 * PER).rev() {
+        check(&r, i);
+    }
+    let st = uz.stats();
+    assert_eq!((st.faults_partial, st.partial_filled), (1, 1), "{st:?}");
+    assert_eq!(st.resident_bytes, 2 * chunk, "{st:?}");
+    assert_eq!(st.pgmajfault, 3, "one fault per chunk walked: {st:?}");
+
+    // A page below a mapped one that faulted long ago is chance, not a
+    // scan: it comes in alone.
+    check(&r, 9 * PER + 8);
+    for c in (4..9).chain(10..16) {
+        check(&r, c * PER + 3);
+    }
+    let before = uz.stats();
+    check(&r, 9 * PER + 7);
+    let st = uz.stats();
+    assert_eq!(st.faults_partial, before.faults_partial + 1, "{st:?}");
+    assert_eq!(st.partial_filled, before.partial_filled);
+    // Nor does a last page whose chunk after took none of the last faults.
+    // Chunk 2 came in many faults ago; chunk 1's last page comes in alone.
+    let before = uz.stats();
+    check(&r, 2 * PER - 1);
+    let st = uz.stats();
+    assert_eq!(st.faults_partial, before.faults_partial + 1, "{st:?}");
+    assert_eq!(st.resident_bytes, before.resident_bytes + PAGE_SIZE as u64);
+    for i in 0..r.len() / PAGE_SIZE {
+        check(&r, i);
+    }
+    assert_eq!(uz.stats().fault_errors, 0);
 }
