@@ -9,30 +9,20 @@
 
 use std::sync::mpsc;
 use std::time::Duration;
-use uzswap::region::{failpoints, Advice, Config, HandlerMode};
+use uzswap::region::{failpoints, Advice, HandlerMode};
 use uzswap::{Pattern, PAGE_SIZE};
 
 mod common;
-use common::{instance, page, read};
+use common::{index_region_in, page, read};
 
 const SEED: u64 = 5;
-/// 64 KiB chunks: one page per group.
-const ORDER: u32 = 4;
 
 #[test]
 fn a_write_fault_on_a_page_evicted_before_it_was_served_is_woken() {
-    let Some(uz) = instance(Config {
-        folio_order: ORDER,
-        handler: HandlerMode::Block,
-        ..Config::default()
-    }) else {
+    let len = 1 << 20;
+    let Some((uz, r)) = index_region_in(HandlerMode::Block, len, SEED) else {
         return;
     };
-    let len = 1 << 20;
-    let r = uz.region(len).unwrap();
-    for i in 0..len / PAGE_SIZE {
-        Pattern::Index.fill(i as u64, SEED, page(&r, i));
-    }
     let chunk = uz.chunk_bytes();
     r.advise(0..len, Advice::PageOut).unwrap();
     // A random read maps page 5 alone, write-protected (its copy kept).

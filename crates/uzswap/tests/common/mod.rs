@@ -36,9 +36,19 @@ pub fn read(r: &Region, i: usize) -> u8 {
 /// with the index pattern. None where userfaultfd is unavailable.
 #[allow(dead_code)]
 pub fn index_region(len: usize, seed: u64) -> Option<(Uzswap, Region)> {
+    index_region_in(uzswap::region::HandlerMode::Signal, len, seed)
+}
+
+/// `index_region` with faults resolved in `handler`'s way.
+#[allow(dead_code)]
+pub fn index_region_in(
+    handler: uzswap::region::HandlerMode,
+    len: usize,
+    seed: u64,
+) -> Option<(Uzswap, Region)> {
     let uz = instance(Config {
         folio_order: 4,
-        handler: uzswap::region::HandlerMode::Signal,
+        handler,
         ..Config::default()
     })?;
     let r = uz.region(len).unwrap();
