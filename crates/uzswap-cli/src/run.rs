@@ -387,7 +387,18 @@ pub fn run(a: Args) -> Result<()> {
         "peak_bytes": peak,
         "processes": procs,
     });
-    println!("{summary}");
+    // Not `println!`: a reader that went away (`| head -1` took the
+    // program's line and left) is no reason to panic, and the exit status
+    // stays the program's.
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = writeln!(out, "{summary}").and_then(|()| out.flush()) {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("uzswap run: writing the summary: {e}");
+            }
+        }
+    }
     if let Some(t) = tmp_stats {
         let _ = std::fs::remove_file(t);
     }

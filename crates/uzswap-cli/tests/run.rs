@@ -461,6 +461,41 @@ fn the_exit_status_and_a_killing_signal_are_the_programs() {
     );
 }
 
+/// With `--json` the runner prints its summary after the program's output;
+/// a reader gone by then (`| head -1`) leaves the program's exit status
+/// and no panic.
+#[test]
+fn a_summary_nobody_reads_leaves_the_exit_status() {
+    use std::io::BufRead;
+    preload();
+    if !userfaultfd_works() {
+        return;
+    }
+    let mut c = Command::new(uzswap());
+    c.args(["run", "--preload"]).arg(preload()).args([
+        "--budget",
+        "16M",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "echo first; sleep 0.5; exit 3",
+    ]);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("uzswap run");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "first\n");
+    // The reader is dropped here, before the program exits.
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "stderr: {err}");
+    assert!(!err.contains("panicked"), "stderr: {err}");
+}
+
 /// The runner execs the program: no process of its own stays beside it to
 /// be charged to the program's memory cgroup, and the program has the
 /// runner's process id. With `--json` a parent stays to print the summary.
