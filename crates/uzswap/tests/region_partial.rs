@@ -47,6 +47,28 @@ fn read(r: &Region, i: usize) -> u8 {
     unsafe { std::ptr::read_volatile(page(r, i).as_ptr()) }
 }
 
+/// Read page `first`, then one page of each of `others` (faults enough
+/// that `first` is no longer among the recent ones), then its neighbour
+/// `next`: a mapped neighbour that faulted long ago is chance, not a scan,
+/// so `next` comes in alone (one partial fault, nothing completed).
+fn comes_in_alone_after(
+    uz: &Uzswap,
+    r: &Region,
+    first: usize,
+    others: impl Iterator<Item = usize>,
+    next: usize,
+) {
+    check(r, first);
+    for i in others {
+        check(r, i);
+    }
+    let before = uz.stats();
+    check(r, next);
+    let st = uz.stats();
+    assert_eq!(st.faults_partial, before.faults_partial + 1, "{st:?}");
+    assert_eq!(st.partial_filled, before.partial_filled);
+}
+
 fn cfg() -> Config {
     Config {
         folio_order: ORDER,
@@ -133,15 +155,13 @@ fn random_reads_install_pages_and_a_scan_takes_the_chunk_whole() {
 
     // A mapped neighbour that faulted long ago, many random faults since,
     // is chance, not a scan: the page comes in alone.
-    check(&r, 7 * PER + 3);
-    for c in 8..16 {
-        check(&r, c * PER + 9);
-    }
-    let before = uz.stats();
-    check(&r, 7 * PER + 4);
-    let st = uz.stats();
-    assert_eq!(st.faults_partial, before.faults_partial + 1, "{st:?}");
-    assert_eq!(st.partial_filled, before.partial_filled);
+    comes_in_alone_after(
+        &uz,
+        &r,
+        7 * PER + 3,
+        (8..16).map(|c| c * PER + 9),
+        7 * PER + 4,
+    );
 
     // So is a first page after a chunk mapped to its end that took none of
     // the last faults: under random access most chunks are mapped, and a
@@ -924,15 +944,8 @@ fn a_backward_scan_takes_the_chunk_whole_as_a_forward_one_does() {
 
     // A page below a mapped one that faulted long ago is chance, not a
     // scan: it comes in alone.
-    check(&r, 9 * PER + 8);
-    for c in (4..9).chain(10..16) {
-        check(&r, c * PER + 3);
-    }
-    let before = uz.stats();
-    check(&r, 9 * PER + 7);
-    let st = uz.stats();
-    assert_eq!(st.faults_partial, before.faults_partial + 1, "{st:?}");
-    assert_eq!(st.partial_filled, before.partial_filled);
+    let others = (4..9).chain(10..16).map(|c| c * PER + 3);
+    comes_in_alone_after(&uz, &r, 9 * PER + 8, others, 9 * PER + 7);
     // Nor does a last page whose chunk after took none of the last faults.
     // Chunk 2 came in many faults ago; chunk 1's last page comes in alone.
     let before = uz.stats();
