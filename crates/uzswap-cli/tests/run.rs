@@ -609,6 +609,73 @@ fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Memory a managed runtime takes (`reserve.c`: the JVM commits its heap
+/// with `mmap(MAP_FIXED)` over a `PROT_NONE` reservation, V8 with
+/// `mprotect`, and both give parts back with `mmap(MAP_FIXED, PROT_NONE)`)
+/// is under the budget, keeps every byte, reads zeros where it was given
+/// back and still faults where it is not committed. Before, such a
+/// reservation passed through: a JVM or Node heap was never evicted and
+/// the budget bounded nothing (`evicted_chunks` 0, 272 MiB resident under
+/// a 64 MiB budget), and giving back part of one crashed the program.
+#[test]
+fn a_runtimes_reserved_heap_is_under_the_budget() {
+    let Some((dir, bin)) = c_program("reserve", &["-O1"]) else {
+        return;
+    };
+    let budget = 32u64 << 20;
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "32M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin.as_str(), "128"]);
+        let (out, s) = output_and_summary(&run(pre, &args), &format!("reserve {extra:?}"));
+        assert_eq!(out, "ok reserve\n", "{extra:?}");
+        let p = &s["processes"][0];
+        assert!(
+            p["evicted_chunks"].as_u64().unwrap() > 1000,
+            "{extra:?}: {p}"
+        );
+        assert!(
+            p["peak_bytes"].as_u64().unwrap() <= budget,
+            "{extra:?}: {p}"
+        );
+        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A program that brings its own malloc (`own_malloc.c`, as rustc links
+/// jemalloc) keeps its heap in uzswap's regions, and libc calls that
+/// allocator too. In signal mode a fault taken inside it, holding its lock,
+/// was resolved by a handler that reached the allocator through libc:
+/// rustc under `--handler signal` hung on jemalloc's lock, or died of a
+/// fault taken with SIGBUS blocked. Such a program gets handler threads
+/// on every path, with a line that says so where signal mode was asked
+/// for, and its bytes under eviction.
+#[test]
+fn a_program_with_its_own_malloc_gets_handler_threads() {
+    let Some((dir, bin)) = c_program("own_malloc", &["-O1", "-pthread", "-rdynamic"]) else {
+        return;
+    };
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "16M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin.as_str(), "16"]);
+        let o = run(pre, &args);
+        let (out, s) = output_and_summary(&o, &format!("own malloc {extra:?}"));
+        assert_eq!(out, "ok own malloc\n", "{extra:?}");
+        let p = &s["processes"][0];
+        assert_eq!(p["handler"], "block", "{extra:?}: {p}");
+        assert!(
+            p["evicted_chunks"].as_u64().unwrap() > 500,
+            "{extra:?}: {p}"
+        );
+        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
+        let said = String::from_utf8_lossy(&o.stderr).contains("brings its own malloc");
+        assert_eq!(said, extra.contains(&"signal"), "{extra:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A tmpfs of `size` mounted at a fresh directory named after `name` and
 /// this process, or None with the reason printed (mounting needs root).
 /// The caller unmounts and removes it.

@@ -461,12 +461,8 @@ impl BatchEngine {
         let mut helpers = Vec::with_capacity(workers - 1);
         for k in 1..workers {
             let (s, c) = (shared.clone(), compressor.clone());
-            let h = std::thread::Builder::new()
-                .name(format!("uzswap-comp/{k}"))
-                .spawn(move || {
-                    crate::thread_hook::started();
-                    helper_main(s, c)
-                });
+            let h =
+                crate::thread_hook::spawn(format!("uzswap-comp/{k}"), move || helper_main(s, c));
             match h {
                 Ok(h) => helpers.push(h),
                 Err(_) => {

@@ -48,6 +48,31 @@ pub mod thread_hook {
         }
     }
 
+    /// Spawn one of uzswap's threads named `name`, running the hook and then
+    /// `f`, and return once the hook has run. A new thread's start-up
+    /// (the thread library's and Rust's thread-locals, the hook's own)
+    /// allocates through libc, which reaches the program's allocator where
+    /// the program brings one; an instance made before the program runs
+    /// must have its threads past that before the program takes its
+    /// allocator's lock and faults on its heap while holding it: a handler
+    /// still starting waited on that lock, and the fault on the handler.
+    pub fn spawn<F, T>(name: String, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let h = std::thread::Builder::new().name(name).spawn(move || {
+            started();
+            let _ = tx.send(());
+            f()
+        })?;
+        // A thread that died before sending leaves the channel closed:
+        // `recv` returns then too.
+        let _ = rx.recv();
+        Ok(h)
+    }
+
     /// What a scope runs on entry and on exit.
     type ScopeHooks = (fn(), fn());
 

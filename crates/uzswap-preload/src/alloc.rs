@@ -81,6 +81,37 @@ const MI_PURGE_DECOMMITS: mi::mi_option_t = 5;
 const MI_ARENA_RESERVE: mi::mi_option_t = 23;
 const MI_ARENA_PURGE_MULT: mi::mi_option_t = 24;
 
+/// The size `program_brings_malloc` asks of libc's `strdup`.
+const PROBE: usize = 4001;
+/// Set by our `malloc` when asked for [`PROBE`] bytes.
+static PROBED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether libc's own allocations reach another `malloc` than ours: the
+/// program links its own allocator (rustc's jemalloc), which then serves
+/// every `malloc` of the process. Asked of libc itself (`strdup` calls
+/// `malloc` as any caller does), not of the symbol tables: `dlsym` answers
+/// a non-PIE executable's PLT stub (CPython's), which is no definition.
+pub fn program_brings_malloc() -> bool {
+    PROBED.store(false, std::sync::atomic::Ordering::Relaxed);
+    let s = [b'p'; PROBE];
+    let mut s = s.to_vec();
+    *s.last_mut().unwrap() = 0;
+    // SAFETY: a NUL-terminated string.
+    let copy = unsafe { libc::strdup(s.as_ptr() as *const libc::c_char) };
+    let theirs = !PROBED.load(std::sync::atomic::Ordering::Relaxed);
+    // Freed by the `free` the process resolves to, the one matching the
+    // `malloc` that made it: a call to `free` from here binds to ours.
+    // SAFETY: a NUL-terminated name.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"free".as_ptr()) };
+    if !copy.is_null() && !f.is_null() {
+        // SAFETY: `free`'s signature; the block came from the allocator
+        // behind it.
+        let free: extern "C" fn(*mut c_void) = unsafe { std::mem::transmute(f) };
+        free(copy as *mut c_void);
+    }
+    theirs
+}
+
 /// mimalloc's settings, before its first allocation.
 pub fn configure_mimalloc() {
     // SAFETY: option setters, before any mimalloc allocation.
@@ -168,6 +199,9 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
 
 #[no_mangle]
 pub extern "C" fn malloc(size: usize) -> *mut c_void {
+    if size == PROBE {
+        PROBED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     if program() {
         // SAFETY: a plain allocation.
         unsafe { mi::mi_malloc(size) }

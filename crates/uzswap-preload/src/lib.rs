@@ -43,7 +43,7 @@ mod vma;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
 use uzswap::region::KernelFaults;
-use uzswap::Uzswap;
+use uzswap::{HandlerMode, Uzswap};
 
 #[global_allocator]
 static GLOBAL: alloc::LibcAlloc = alloc::LibcAlloc;
@@ -104,8 +104,16 @@ fn active() -> Option<&'static State> {
     Some(unsafe { &*p })
 }
 
-/// uzswap's threads mark themselves internal for good.
-fn uzswap_thread_started() {
+/// uzswap's threads mark themselves internal for good, and make their
+/// thread-locals while no fault can be pending on them
+/// (`uzswap::region::prepare_signal_thread`).
+fn uzswap_thread_began() {
+    uzswap_scope_entered();
+    uzswap::region::prepare_signal_thread(0);
+}
+
+/// The start of a fault resolved in the program thread that took it.
+fn uzswap_scope_entered() {
     let _ = INTERNAL.try_with(|c| c.set(c.get() + 1));
 }
 
@@ -153,7 +161,7 @@ pub unsafe extern "C" fn pthread_create(
         return rc;
     }
     extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
-        uzswap_thread_started();
+        uzswap_thread_began();
         // SAFETY: the box made below, handed to exactly this thread.
         let (start, arg) = *unsafe { Box::from_raw(p as *mut (real::StartFn, usize)) };
         start(arg as *mut libc::c_void)
@@ -215,10 +223,12 @@ extern "C" fn alt_stack_gone(_: *mut libc::c_void) {
 /// Give the calling program thread an alternate signal stack of uzswap's
 /// (signal mode only; `signals::give_alt_stack`), taken back at its exit.
 fn alt_stack_for_thread() {
-    if active().is_none() || !uzswap::region::sigbus_installed() {
+    let Some(st) = active() else { return };
+    if !uzswap::region::sigbus_installed() {
         return;
     }
     let _g = Internal::enter();
+    uzswap::region::prepare_signal_thread(st.uz.chunk_bytes());
     let Some(key) = exit_key(&ALT_STACK_KEY, alt_stack_gone) else {
         return;
     };
@@ -288,17 +298,33 @@ static INIT: extern "C" fn() = init;
 extern "C" fn init() {
     let _g = Internal::enter();
     real::resolve();
-    let cfg = match config::Config::from_env() {
+    let mut cfg = match config::Config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return,
         Err(e) => die(&e),
     };
+    if matches!(cfg.handler, HandlerMode::Auto | HandlerMode::Signal)
+        && alloc::program_brings_malloc()
+    {
+        // Its heap is then in region memory, and signal mode resolves a
+        // fault taken inside it (holding its lock) in a handler that
+        // reaches that allocator through libc (a thread-local's first use
+        // registers its destructor with `calloc`; freeing what libc
+        // allocated): rustc, which links jemalloc, hung on the lock or
+        // died of a fault taken with SIGBUS blocked. Handler threads
+        // instead (`region/sigbus.rs`); the system-call guarantee is the
+        // same. Said only where signal mode was asked for by name.
+        if cfg.handler == HandlerMode::Signal {
+            say("the program brings its own malloc: faults are resolved by handler threads, not in signal mode");
+        }
+        cfg.handler = HandlerMode::Block;
+    }
     if cfg.no_inherit {
         config::drop_preload_from_environ();
     }
     alloc::configure_glibc();
-    uzswap::compress::thread_hook::set(uzswap_thread_started);
-    uzswap::compress::thread_hook::set_scope(uzswap_thread_started, uzswap_scope_left);
+    uzswap::compress::thread_hook::set(uzswap_thread_began);
+    uzswap::compress::thread_hook::set_scope(uzswap_scope_entered, uzswap_scope_left);
     // Program threads get alternate stacks of ours for the SIGBUS handler
     // (signal mode; `alt_stack_for_thread`).
     uzswap::region::use_alt_stacks();
@@ -325,6 +351,12 @@ extern "C" fn init() {
     alt_stack_for_thread();
 }
 
+fn say(msg: &str) {
+    let line = format!("uzswap: {msg}\n");
+    // SAFETY: writes our own buffer to stderr.
+    unsafe { libc::write(2, line.as_ptr() as *const _, line.len()) };
+}
+
 fn die(msg: &str) -> ! {
     let line = format!("uzswap: {msg}\n");
     // SAFETY: writes our own buffer to stderr, then ends the process.
@@ -337,4 +369,9 @@ fn die(msg: &str) -> ! {
 fn set_errno(e: i32) {
     // SAFETY: errno is thread-local and always valid to write.
     unsafe { *libc::__errno_location() = e };
+}
+
+fn errno() -> i32 {
+    // SAFETY: errno is thread-local and always valid to read.
+    unsafe { *libc::__errno_location() }
 }

@@ -17,10 +17,21 @@
 //!   the mapping are free, and otherwise moves by copying (the kernel moves
 //!   page tables; a region cannot, and a copy faults evicted pages in once).
 //!
+//! Reservations: a managed runtime (the JVM's heap, V8's pages, Go-style
+//! arenas in C) reserves address space with `PROT_NONE`, commits parts of
+//! it with `mprotect` to read+write or with `mmap(MAP_FIXED)` over it, and
+//! gives them back with `mmap(MAP_FIXED, PROT_NONE)`. Such a reservation
+//! (anonymous, private, at most [`MAX_NONE`]) is carved from a region like
+//! any mapping and protected there, so what the runtime commits is
+//! uzswap's memory: before, every byte of a JVM or Node heap passed
+//! through, outside the budget. `MAP_FIXED` over our memory with
+//! read+write or `PROT_NONE` stays ours: the range reads zeros, with that
+//! protection.
+//!
 //! Passed through untouched: file-backed, shared, hugetlb, stack and
-//! grows-down mappings, and any mapping not read+write at creation
-//! (executable code, PROT_NONE reservations). A mapping placed with
-//! `MAP_FIXED` over region memory that is not an anonymous read+write
+//! grows-down mappings, and any other mapping not read+write at creation
+//! (executable code, read-only memory). A mapping placed with `MAP_FIXED`
+//! over region memory that is not an anonymous read+write or `PROT_NONE`
 //! mapping takes that range out of uzswap's hands for good: it is
 //! discarded, pinned (the evictor never touches it) and never reused.
 //! Deviation: region memory stays mapped after `munmap` (it reads zeros),
@@ -43,6 +54,13 @@ const RESERVE: usize = 4 << 30;
 /// Largest alignment given to a mapping: mimalloc asks for segment-aligned
 /// arenas and otherwise over-allocates and trims.
 const MAX_ALIGN: usize = 32 << 20;
+/// Largest `PROT_NONE` reservation taken into a region. Protected memory
+/// is pinned chunk by chunk (8-10 bytes of the region's pin table per
+/// chunk while it stays protected), so a reservation of terabytes (a
+/// sanitizer's shadow, a wasm runtime's guard zones) passes through; the
+/// JVM reserves its largest heap (a quarter of the machine's memory by
+/// default) and V8 far less.
+const MAX_NONE: usize = 64 << 30;
 
 /// Most regions whose ranges `in_regions` knows. Regions are reservations
 /// of at least [`RESERVE`] bytes, so this covers terabytes of address space.
@@ -233,10 +251,27 @@ impl Vmas {
     /// Give `s..e` (ours) back: its protection pins go, its memory is
     /// discarded, and the addresses are free again.
     fn give_back(&mut self, st: &State, s: usize, e: usize) {
+        // The discard writes zeros into chunks it covers in part: memory
+        // the program protected is made writable first, while still pinned
+        // (no eviction reads it), as it is about to be unmapped anyway.
+        let _ = self.writable(s, e);
         self.unprotect(st, s, e);
         let _ = st.uz.discard(s, e - s);
         self.remove_free(s, e);
         self.insert_free(s, e);
+    }
+
+    /// Make what the program protected in `s..e` (ours) read+write again,
+    /// without unpinning it: before a discard, which writes zeros.
+    fn writable(&self, s: usize, e: usize) -> Result<(), i32> {
+        if !self.protected.range(..e).any(|(_, &pe)| pe > s) {
+            return Ok(());
+        }
+        // SAFETY: region memory, ours.
+        match unsafe { real::mprotect(s as *mut c_void, e - s, RW) } {
+            0 => Ok(()),
+            _ => Err(crate::errno()),
+        }
     }
 
     fn protect(&mut self, st: &State, s: usize, e: usize) {
@@ -270,17 +305,34 @@ impl Vmas {
             .filter(|(_, &pe)| pe > s)
             .map(|(&x, &y)| (x, y))
             .collect();
+        let chunk = st.uz.chunk_bytes();
         for (x, y) in hits {
             self.protected.remove(&x);
-            // The leftovers are pinned before the whole is unpinned, so a
-            // chunk they share stays pinned throughout.
-            for (l, r) in [(x, s), (e, y)] {
-                if l < r && x <= l && r <= y {
-                    st.uz.pin_range(l, r - l);
-                    self.protected.insert(l, r);
-                }
+            // Each protected range holds one pin on every chunk it
+            // touches. The leftovers keep the pins of their chunks (a
+            // reservation of gigabytes is split by every commit, and
+            // re-pinning what stays protected made each split cost the
+            // whole reservation's chunks); only chunks left with no
+            // protected byte of this range lose theirs. A chunk both
+            // leftovers share (the part lifted lies inside one chunk)
+            // needs a second pin.
+            let left = (x < s).then_some((x, s));
+            let right = (e < y).then_some((e, y));
+            let (mut a, mut b) = (x.max(s), y.min(e));
+            if let Some((l, r)) = left {
+                self.protected.insert(l, r);
+                a = a.next_multiple_of(chunk);
             }
-            st.uz.unpin(x, y - x);
+            if let Some((l, r)) = right {
+                self.protected.insert(l, r);
+                b -= b % chunk;
+            }
+            if left.is_some() && right.is_some() && (s - 1) / chunk == e / chunk {
+                st.uz.pin_range(e, 1);
+            }
+            if a < b {
+                st.uz.unpin(a, b - a);
+            }
         }
     }
 
@@ -289,6 +341,7 @@ impl Vmas {
     fn forget(&mut self, st: &State, s: usize, e: usize) {
         for (a, b, ours) in self.parts(s, e) {
             if ours {
+                let _ = self.writable(a, b);
                 self.unprotect(st, a, b);
                 let _ = st.uz.discard(a, b - a);
                 st.uz.pin_range(a, b - a);
@@ -323,10 +376,12 @@ pub unsafe extern "C" fn mmap(
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
     };
     let _g = Internal::enter();
-    let anon = flags & libc::MAP_ANONYMOUS != 0
+    let private = flags & libc::MAP_ANONYMOUS != 0
         && flags & 0x0f == libc::MAP_PRIVATE
-        && flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) == 0
-        && prot == RW;
+        && flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) == 0;
+    let anon = private && prot == RW;
+    // Address space reserved, or given back (`MAP_FIXED`), inaccessible.
+    let none = private && prot == libc::PROT_NONE;
     let Some(len) = page_up(len).filter(|&l| l > 0) else {
         // SAFETY: as above (the kernel answers EINVAL).
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
@@ -339,13 +394,27 @@ pub unsafe extern "C" fn mmap(
         };
         if v.overlaps(s, e) {
             let whole = matches!(v.parts(s, e).as_slice(), [(_, _, true)]);
-            if anon && whole {
+            if (anon || none) && whole {
                 if flags & MAP_FIXED_NOREPLACE != 0 && !v.all_free(s, e) {
                     return failed(libc::EEXIST);
+                }
+                // A new mapping reads zeros: what was protected is made
+                // writable (still pinned, so no eviction reads it) for the
+                // discard, which writes zeros into chunks it covers in
+                // part, and then given the new protection.
+                if let Err(e) = v.writable(s, e) {
+                    return failed(e);
                 }
                 v.unprotect(st, s, e);
                 let _ = st.uz.discard(s, len);
                 v.remove_free(s, e);
+                if none {
+                    v.protect(st, s, e);
+                    // SAFETY: as above.
+                    if unsafe { real::mprotect(addr, len, libc::PROT_NONE) } != 0 {
+                        return failed(crate::errno());
+                    }
+                }
                 return addr;
             }
             v.forget(st, s, e);
@@ -354,12 +423,24 @@ pub unsafe extern "C" fn mmap(
         // SAFETY: as above.
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
     }
-    if !anon {
+    if !(anon || (none && len <= MAX_NONE)) {
         drop(v);
         // SAFETY: as above.
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
     }
     match v.alloc(st, len) {
+        Some(a) if none => {
+            // Pinned before it is made inaccessible: no eviction may read
+            // it from then on (fresh memory is never evicted anyway).
+            v.protect(st, a, a + len);
+            // SAFETY: free region memory, now the caller's.
+            if unsafe { real::mprotect(a as *mut c_void, len, libc::PROT_NONE) } != 0 {
+                let e = crate::errno();
+                v.give_back(st, a, a + len);
+                return failed(e);
+            }
+            a as *mut c_void
+        }
         Some(a) => {
             drop(v);
             if flags & libc::MAP_POPULATE != 0 {

@@ -202,6 +202,23 @@ thread_local! {
     static POISONED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+thread_local! {
+    /// A signal-mode fault's chunk of decompressed data.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Make this thread's scratch for its own faults (`resolve_here`) ahead of
+/// its first fault: see `sigbus::prepare_thread`.
+pub(super) fn prepare_scratch(chunk: usize) {
+    let _ = SCRATCH.try_with(|s| {
+        if let Ok(mut buf) = s.try_borrow_mut() {
+            if buf.len() < chunk {
+                buf.resize(chunk, 0);
+            }
+        }
+    });
+}
+
 /// Resolve a fault at `addr` of `r` in the thread that took it
 /// (`HandlerMode::Signal`, called from the SIGBUS handler). On return the
 /// access is retried, unless this returns true: the page cannot be read
@@ -214,9 +231,6 @@ pub(super) fn resolve_here(
     write: Option<bool>,
     wp: Option<bool>,
 ) -> bool {
-    thread_local! {
-        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
     super::failpoints::take_delay();
     let t0 = Instant::now();
     let fault = Fault::Signal { write, wp };
@@ -1545,19 +1559,18 @@ fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     let w1 = (w0 + per).min(r.state.len());
     let want = zero_ramp(&r.state, ci, per);
     let room = |n: usize| sh.usage() + ((n + 1) * sh.chunk) as u64 <= sh.high;
+    // A pinned untouched neighbour is memory the program protected (a
+    // runtime's reservation not yet committed): zeros there would be
+    // charged for nothing, and lie in another VMA.
+    let take = |c: usize| {
+        r.state[c].load(Relaxed) & PINNED == 0
+            && chunk::transition(&r.state[c], UNTOUCHED, BUSY, 0, 0).is_ok()
+    };
     let (mut lo, mut hi) = (ci, ci + 1);
-    while hi < w1
-        && hi - lo < want
-        && room(hi - lo)
-        && chunk::transition(&r.state[hi], UNTOUCHED, BUSY, 0, 0).is_ok()
-    {
+    while hi < w1 && hi - lo < want && room(hi - lo) && take(hi) {
         hi += 1;
     }
-    while lo > w0
-        && hi - lo < want
-        && room(hi - lo)
-        && chunk::transition(&r.state[lo - 1], UNTOUCHED, BUSY, 0, 0).is_ok()
-    {
+    while lo > w0 && hi - lo < want && room(hi - lo) && take(lo - 1) {
         lo -= 1;
     }
     let n = hi - lo;
@@ -1618,21 +1631,22 @@ fn copy_chunk(
     wake: bool,
 ) -> Result<(), (String, usize)> {
     let mut off = 0;
+    // After a copy that ran into another VMA (the program protected part of
+    // the range), the rest goes a page at a time: each page lies in one.
+    let mut step = usize::MAX;
     while off < src.len() {
+        let len = (src.len() - off).min(step);
         // SAFETY: `src[off..]` is readable; `base+off..base+len` is inside a
         // registered region whose chunk we own (BUSY) under its live lock.
-        let r = unsafe {
-            uffd_sys::copy(
-                uffd_fd(sh),
-                base + off,
-                src[off..].as_ptr(),
-                src.len() - off,
-                wp,
-                wake,
-            )
-        }
-        .map_err(|(e, done)| (e, off + done))?;
+        let r =
+            unsafe { uffd_sys::copy(uffd_fd(sh), base + off, src[off..].as_ptr(), len, wp, wake) }
+                .map_err(|(e, done)| (e, off + done))?;
         match r {
+            Copy::Done if len < src.len() - off => off += len,
+            Copy::Split(n) => {
+                off += n;
+                step = PAGE_SIZE;
+            }
             Copy::Done => break,
             Copy::Again(n) => {
                 off += n;

@@ -189,8 +189,9 @@ mod uffd_sys;
 pub use latency::LatencySummary;
 pub use pin::{ForkGuard, KernelFaults, PinGuard};
 pub use sigbus::{
-    alt_stack, drop_alt_stack, installed as sigbus_installed, swap_chained as swap_chained_sigbus,
-    use_alt_stacks, ALT_STACK_BYTES,
+    alt_stack, drop_alt_stack, installed as sigbus_installed,
+    prepare_thread as prepare_signal_thread, swap_chained as swap_chained_sigbus, use_alt_stacks,
+    ALT_STACK_BYTES,
 };
 pub use uffd_sys::OpenPath;
 
@@ -967,28 +968,22 @@ impl Uzswap {
             let s = sh.clone();
             let cpu = handler_cpus.as_ref().map(|c| c[i]);
             threads.push(
-                std::thread::Builder::new()
-                    .name(format!("uzswap-fault{i}"))
-                    .spawn(move || {
-                        crate::compress::thread_hook::started();
-                        if let Some(cpu) = cpu {
-                            fault::bind_handler(cpu);
-                        }
-                        fault::handler_loop(&s, i)
-                    })
-                    .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
+                crate::compress::thread_hook::spawn(format!("uzswap-fault{i}"), move || {
+                    if let Some(cpu) = cpu {
+                        fault::bind_handler(cpu);
+                    }
+                    fault::handler_loop(&s, i)
+                })
+                .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
             );
         }
         if sh.cfg.budget != u64::MAX {
             let s = sh.clone();
             threads.push(
-                std::thread::Builder::new()
-                    .name("uzswap-evict".into())
-                    .spawn(move || {
-                        crate::compress::thread_hook::started();
-                        evict::evictor_loop(&s)
-                    })
-                    .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
+                crate::compress::thread_hook::spawn("uzswap-evict".into(), move || {
+                    evict::evictor_loop(&s)
+                })
+                .map_err(|e| RegionError::Os(format!("spawn: {e}")))?,
             );
         }
         *owner.threads.lock() = threads;

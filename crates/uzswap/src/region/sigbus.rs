@@ -25,7 +25,12 @@
 //! and uzswap's own code never touches a region page that can be missing
 //! while holding a lock (the evictor reads only mapped, write-protected
 //! chunks). A program whose *allocator* keeps its heap in a uzswap region
-//! must not use this mode.
+//! must not use this mode: libc calls that allocator on the handler's
+//! behalf, and a fault taken inside it holds its lock. The preload library
+//! runs such a program (one whose `malloc` is not the library's: rustc
+//! links jemalloc) with handler threads even where signal mode was asked
+//! for, and readies every thread's thread-locals before its first fault
+//! (`prepare_thread`).
 //!
 //! Locking: `INSTANCES` is read-held only to find the instance of an
 //! address; it is written when an instance starts or stops. The chained
@@ -156,6 +161,30 @@ pub const ALT_STACK_BYTES: usize = 256 << 10;
 /// program's `sigaltstack` from replacing it.
 pub fn use_alt_stacks() {
     ONSTACK.store(true, Relaxed);
+}
+
+/// Create, in the calling thread, every thread-local with a destructor
+/// that resolving a fault here may use: the fault's scratch (of `chunk`
+/// bytes), the cache's compression scratch and staging slot, and
+/// parking_lot's per-thread parking data. A thread-local's destructor is
+/// registered at its first use, and glibc's registration allocates with
+/// `calloc`, which resolves to the program's allocator where the program
+/// brings one (rustc links jemalloc): created inside the SIGBUS handler of
+/// a fault taken in that allocator, holding its lock (its metadata lies in
+/// region memory), it waited on that lock for ever. The preload library
+/// calls this for each program thread before the thread runs any of the
+/// program's code (signal mode), and for each of uzswap's own threads as
+/// it starts (`chunk` 0: they resolve no fault of their own): an evictor
+/// whose first store made its scratch waited on the lock of a program
+/// thread that had faulted inside its allocator, while that fault waited
+/// for the evictor to make room.
+pub fn prepare_thread(chunk: usize) {
+    fault::prepare_scratch(chunk);
+    crate::zswap::prepare_thread();
+    // A zero-timeout wait parks once, which creates the parking data.
+    let m = parking_lot::Mutex::new(());
+    let mut g = m.lock();
+    parking_lot::Condvar::new().wait_for(&mut g, std::time::Duration::ZERO);
 }
 
 /// Map an alternate signal stack of [`ALT_STACK_BYTES`] (plain memory,

@@ -200,6 +200,10 @@ pub enum Copy {
     Exists(usize),
     /// Interrupted after `n` bytes by a changing address space (EAGAIN).
     Again(usize),
+    /// Stopped after `n` bytes because the range runs on into another
+    /// mapping (ENOENT: one copy stays within one VMA). A region is split
+    /// into VMAs where the program changed the protection of part of it.
+    Split(usize),
 }
 
 /// Install `len` bytes from `src` at `dst` (registered, page-aligned) with
@@ -254,6 +258,7 @@ pub unsafe fn copy(
     match e {
         libc::EEXIST => Ok(Copy::Exists(done)),
         libc::EAGAIN => Ok(Copy::Again(done)),
+        libc::ENOENT if len > PAGE_SIZE => Ok(Copy::Split(done)),
         _ => Err((
             format!("UFFDIO_COPY at {dst:#x} ({len} bytes): {}", errstr(e)),
             done,

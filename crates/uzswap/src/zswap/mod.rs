@@ -109,6 +109,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tree::Tree;
 
+/// Create the calling thread's thread-locals that a store or a load may use
+/// (`region::sigbus::prepare_thread`).
+pub(crate) fn prepare_thread() {
+    store::prepare_scratch();
+    secret::prepare_staging();
+}
+
 /// Whether a load frees the entry (exclusive, the default: the page becomes
 /// resident and authoritative) or keeps a clean copy in the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -170,6 +170,12 @@ thread_local! {
     static STAGING: RefCell<Option<Mapping>> = const { RefCell::new(None) };
 }
 
+/// Register this thread's staging slot now rather than at its first use
+/// (`region::sigbus::prepare_thread`).
+pub(crate) fn prepare_staging() {
+    let _ = STAGING.try_with(|_| ());
+}
+
 /// Lends `f` a zeroed, never-dumped buffer of `len` bytes, and wipes it
 /// afterwards. The thread's buffer is reused, so staging costs no system
 /// call once it is big enough; a nested call (none today) gets a mapping

@@ -315,13 +315,10 @@ impl Zswap {
         }
         let weak = Arc::downgrade(self);
         let ctl = Arc::clone(c);
-        let t = std::thread::Builder::new()
-            .name("uzswap-shrink".into())
-            .spawn(move || {
-                crate::compress::thread_hook::started();
-                shrinker_thread(weak, ctl)
-            })
-            .map_err(ZswapError::Thread)?;
+        let t = crate::compress::thread_hook::spawn("uzswap-shrink".into(), move || {
+            shrinker_thread(weak, ctl)
+        })
+        .map_err(ZswapError::Thread)?;
         c.threads.lock().push(t);
         if let Some(trigger) = &self.cfg.psi_trigger {
             match Psi::arm(trigger) {
@@ -329,13 +326,10 @@ impl Zswap {
                     *c.psi_wake.lock() = Some(psi.wake_fd()?);
                     c.psi_active.store(true, Relaxed);
                     let ctl = Arc::clone(c);
-                    let t = std::thread::Builder::new()
-                        .name("uzswap-psi".into())
-                        .spawn(move || {
-                            crate::compress::thread_hook::started();
-                            psi.watch(&ctl)
-                        })
-                        .map_err(ZswapError::Thread)?;
+                    let t = crate::compress::thread_hook::spawn("uzswap-psi".into(), move || {
+                        psi.watch(&ctl)
+                    })
+                    .map_err(ZswapError::Thread)?;
                     c.threads.lock().push(t);
                 }
                 Err(e) => eprintln!(

@@ -25,6 +25,12 @@ thread_local! {
         std::cell::RefCell::new(vec![0u8; SCRATCH].into_boxed_slice());
 }
 
+/// Make this thread's compression scratch now rather than at its first
+/// store (`region::sigbus::prepare_thread`).
+pub(crate) fn prepare_scratch() {
+    let _ = SCRATCH_BUF.try_with(|_| ());
+}
+
 impl Zswap {
     /// Store one page. Replaces what `entry` held before.
     pub fn store(&self, entry: SwapEntry, page: &[u8]) -> Result<(), StoreError> {
