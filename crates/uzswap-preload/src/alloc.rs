@@ -93,9 +93,8 @@ static PROBED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 /// a non-PIE executable's PLT stub (CPython's), which is no definition.
 pub fn program_brings_malloc() -> bool {
     PROBED.store(false, std::sync::atomic::Ordering::Relaxed);
-    let s = [b'p'; PROBE];
-    let mut s = s.to_vec();
-    *s.last_mut().unwrap() = 0;
+    let mut s = vec![b'p'; PROBE];
+    s[PROBE - 1] = 0;
     // SAFETY: a NUL-terminated string.
     let copy = unsafe { libc::strdup(s.as_ptr() as *const libc::c_char) };
     let theirs = !PROBED.load(std::sync::atomic::Ordering::Relaxed);

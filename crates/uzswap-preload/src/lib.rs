@@ -358,12 +358,9 @@ fn say(msg: &str) {
 }
 
 fn die(msg: &str) -> ! {
-    let line = format!("uzswap: {msg}\n");
-    // SAFETY: writes our own buffer to stderr, then ends the process.
-    unsafe {
-        libc::write(2, line.as_ptr() as *const _, line.len());
-        libc::_exit(125)
-    }
+    say(msg);
+    // SAFETY: ends the process.
+    unsafe { libc::_exit(125) }
 }
 
 fn set_errno(e: i32) {

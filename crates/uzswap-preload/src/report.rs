@@ -105,7 +105,7 @@ pub fn arm() {
         let _ = std::thread::Builder::new()
             .name("uzswap-stats".into())
             .spawn(move || {
-                crate::uzswap_scope_entered();
+                crate::uzswap_thread_began();
                 loop {
                     std::thread::sleep(std::time::Duration::from_secs_f64(secs));
                     if crate::DETACHED.load(std::sync::atomic::Ordering::Acquire) {
