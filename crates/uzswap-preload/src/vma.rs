@@ -15,7 +15,11 @@
 //!   inaccessible; read+write again unpins them;
 //! - `mremap` shrinks in place, grows in place where the addresses after
 //!   the mapping are free, and otherwise moves by copying (the kernel moves
-//!   page tables; a region cannot, and a copy faults evicted pages in once).
+//!   page tables; a region cannot, and a copy faults evicted pages in once);
+//!   the mapping keeps its protection, grown part included;
+//! - `MADV_DONTNEED` on memory the program protected reads zeros once it
+//!   is accessible again, even where it was evicted before it was
+//!   protected.
 //!
 //! Reservations: a managed runtime (the JVM's heap, V8's pages, Go-style
 //! arenas in C) reserves address space with `PROT_NONE`, commits parts of
@@ -109,6 +113,13 @@ pub struct Vmas {
     /// Ranges the program protected (not read+write), each pinned once:
     /// start → end, never merged, so each unpin matches its pin.
     protected: BTreeMap<usize, usize>,
+    /// The protection the program gave each range of ours that is not
+    /// read+write: start → (end, prot), disjoint, neighbours with the same
+    /// protection merged (as the kernel merges VMAs). Kept apart from
+    /// `protected`, whose ranges match pins one to one: this map is what
+    /// is restored after uzswap makes protected memory writable for a
+    /// moment (a discard, a move).
+    prots: BTreeMap<usize, (usize, i32)>,
     /// Ranges something else was mapped over (`MAP_FIXED`): start → end.
     foreign: BTreeMap<usize, usize>,
 }
@@ -256,6 +267,7 @@ impl Vmas {
         // (no eviction reads it), as it is about to be unmapped anyway.
         let _ = self.writable(s, e);
         self.unprotect(st, s, e);
+        self.set_prot(s, e, None);
         let _ = st.uz.discard(s, e - s);
         self.remove_free(s, e);
         self.insert_free(s, e);
@@ -272,6 +284,75 @@ impl Vmas {
             0 => Ok(()),
             _ => Err(crate::errno()),
         }
+    }
+
+    /// Record that `s..e` (ours) has protection `prot` (None: read+write).
+    fn set_prot(&mut self, mut s: usize, mut e: usize, prot: Option<i32>) {
+        let hits: Vec<(usize, usize, i32)> = self
+            .prots
+            .range(..e)
+            .filter(|(_, &(pe, _))| pe > s)
+            .map(|(&x, &(y, p))| (x, y, p))
+            .collect();
+        for (x, y, p) in hits {
+            self.prots.remove(&x);
+            if x < s {
+                self.prots.insert(x, (s, p));
+            }
+            if e < y {
+                self.prots.insert(e, (y, p));
+            }
+        }
+        let Some(p) = prot else { return };
+        if let Some((&x, &(y, q))) = self.prots.range(..s).next_back() {
+            if y == s && q == p {
+                self.prots.remove(&x);
+                s = x;
+            }
+        }
+        if let Some(&(y, q)) = self.prots.get(&e) {
+            if q == p {
+                self.prots.remove(&e);
+                e = y;
+            }
+        }
+        self.prots.insert(s, (e, p));
+    }
+
+    /// The one protection of `s..e`: None where it is all read+write, or
+    /// Err where parts differ (the kernel's mremap answers EFAULT for a
+    /// range over more than one mapping).
+    fn prot_of(&self, s: usize, e: usize) -> Result<Option<i32>, ()> {
+        let mut hits = self.prots.range(..e).filter(|(_, &(pe, _))| pe > s);
+        match (hits.next(), hits.next()) {
+            (None, _) => Ok(None),
+            (Some((&x, &(y, p))), None) if x <= s && e <= y => Ok(Some(p)),
+            _ => Err(()),
+        }
+    }
+
+    /// Give the program's protection back to `s..e` after [`Self::writable`].
+    fn restore_prots(&self, s: usize, e: usize) -> Result<(), i32> {
+        for (&x, &(y, p)) in self.prots.range(..e).filter(|(_, &(pe, _))| pe > s) {
+            let (a, b) = (x.max(s), y.min(e));
+            // SAFETY: region memory, ours, given the program's protection.
+            if unsafe { real::mprotect(a as *mut c_void, b - a, p) } != 0 {
+                return Err(crate::errno());
+            }
+        }
+        Ok(())
+    }
+
+    /// Protect `s..e` (ours, read+write) with `prot` as the program asked:
+    /// pinned first, so no eviction reads it from then on.
+    fn protect_as(&mut self, st: &State, s: usize, e: usize, prot: i32) -> Result<(), i32> {
+        self.protect(st, s, e);
+        // SAFETY: region memory, ours.
+        if unsafe { real::mprotect(s as *mut c_void, e - s, prot) } != 0 {
+            return Err(crate::errno());
+        }
+        self.set_prot(s, e, Some(prot));
+        Ok(())
     }
 
     fn protect(&mut self, st: &State, s: usize, e: usize) {
@@ -343,6 +424,7 @@ impl Vmas {
             if ours {
                 let _ = self.writable(a, b);
                 self.unprotect(st, a, b);
+                self.set_prot(a, b, None);
                 let _ = st.uz.discard(a, b - a);
                 st.uz.pin_range(a, b - a);
                 self.remove_free(a, b);
@@ -406,13 +488,12 @@ pub unsafe extern "C" fn mmap(
                     return failed(e);
                 }
                 v.unprotect(st, s, e);
+                v.set_prot(s, e, None);
                 let _ = st.uz.discard(s, len);
                 v.remove_free(s, e);
                 if none {
-                    v.protect(st, s, e);
-                    // SAFETY: as above.
-                    if unsafe { real::mprotect(addr, len, libc::PROT_NONE) } != 0 {
-                        return failed(crate::errno());
+                    if let Err(e) = v.protect_as(st, s, e, libc::PROT_NONE) {
+                        return failed(e);
                     }
                 }
                 return addr;
@@ -430,12 +511,8 @@ pub unsafe extern "C" fn mmap(
     }
     match v.alloc(st, len) {
         Some(a) if none => {
-            // Pinned before it is made inaccessible: no eviction may read
-            // it from then on (fresh memory is never evicted anyway).
-            v.protect(st, a, a + len);
-            // SAFETY: free region memory, now the caller's.
-            if unsafe { real::mprotect(a as *mut c_void, len, libc::PROT_NONE) } != 0 {
-                let e = crate::errno();
+            // Fresh memory is never evicted anyway.
+            if let Err(e) = v.protect_as(st, a, a + len, libc::PROT_NONE) {
                 v.give_back(st, a, a + len);
                 return failed(e);
             }
@@ -515,6 +592,11 @@ pub unsafe extern "C" fn mremap(
         return failed(libc::EINVAL);
     }
     let mut v = st.vmas.lock();
+    // The kernel moves or grows one mapping with its protection, and
+    // answers EFAULT for a range over mappings that differ.
+    let Ok(prot) = v.prot_of(s, s + old_len) else {
+        return failed(libc::EFAULT);
+    };
     if new_len <= old_len {
         if new_len < old_len {
             v.give_back(st, s + new_len, s + old_len);
@@ -524,6 +606,12 @@ pub unsafe extern "C" fn mremap(
     let (grow_s, grow_e) = (s + old_len, s + new_len);
     if v.region_of(grow_e - 1) == v.region_of(s) && v.all_free(grow_s, grow_e) {
         v.remove_free(grow_s, grow_e);
+        if let Some(p) = prot {
+            if let Err(e) = v.protect_as(st, grow_s, grow_e, p) {
+                v.give_back(st, grow_s, grow_e);
+                return failed(e);
+            }
+        }
         return old;
     }
     if flags & libc::MREMAP_MAYMOVE == 0 {
@@ -532,11 +620,21 @@ pub unsafe extern "C" fn mremap(
     let Some(new) = v.alloc(st, new_len) else {
         return failed(libc::ENOMEM);
     };
+    // Protected memory is read through for the copy (it stays pinned).
+    if let Err(e) = v.writable(s, s + old_len) {
+        v.give_back(st, new, new + new_len);
+        return failed(e);
+    }
     // SAFETY: two live ranges of region memory that do not overlap (the
     // new one was free); the copy faults evicted pages in.
     unsafe { std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_len) };
-    // The protection of the old range does not move with it here: a moved
-    // mapping starts read+write (mremap of protected memory is rare).
+    if let Some(p) = prot {
+        if let Err(e) = v.protect_as(st, new, new + new_len, p) {
+            let _ = v.restore_prots(s, s + old_len);
+            v.give_back(st, new, new + new_len);
+            return failed(e);
+        }
+    }
     v.give_back(st, s, s + old_len);
     new as *mut c_void
 }
@@ -578,10 +676,31 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
         rc |= match advice {
             libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE => {
                 if protected.iter().any(|&(x, y)| x < b && a < y) {
-                    // Pinned and perhaps unwritable: let the kernel drop
-                    // the pages; a fault on one reads zeros.
-                    // SAFETY: region memory of the caller's range.
-                    unsafe { real::madvise(a as *mut _, n, libc::MADV_DONTNEED) }
+                    // Memory the program protected (PartitionAlloc
+                    // decommits with mprotect(PROT_NONE) then DONTNEED) is
+                    // pinned, perhaps unwritable, and perhaps stored before
+                    // it was protected: the kernel's DONTNEED alone would
+                    // leave that copy to come back after the program made
+                    // it accessible again. Writable for the discard (it
+                    // writes zeros into chunks it covers in part; the pin
+                    // keeps the evictor off), then protected again.
+                    let v = st.vmas.lock();
+                    match v.writable(a, b) {
+                        Ok(()) => {
+                            let d = st.uz.discard(a, n);
+                            match v.restore_prots(a, b) {
+                                Err(e) => {
+                                    crate::set_errno(e);
+                                    -1
+                                }
+                                Ok(()) => d.map_or(-1, |_| 0),
+                            }
+                        }
+                        Err(e) => {
+                            crate::set_errno(e);
+                            -1
+                        }
+                    }
                 } else {
                     st.uz.discard(a, n).map_or(-1, |_| 0)
                 }
@@ -637,9 +756,14 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i
     }
     // SAFETY: as above.
     let rc = unsafe { real::mprotect(addr, len, prot) };
-    if prot == RW && rc == 0 {
+    if rc == 0 {
         for &(a, b) in &ours {
-            v.unprotect(st, a, b);
+            if prot == RW {
+                v.unprotect(st, a, b);
+                v.set_prot(a, b, None);
+            } else {
+                v.set_prot(a, b, Some(prot));
+            }
         }
     }
     rc
