@@ -643,6 +643,38 @@ fn a_runtimes_reserved_heap_is_under_the_budget() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `mlock` on memory uzswap holds (`mlock.c`: libsodium's and OpenSSL's
+/// secure heaps lock their pages): the piece stays resident and locked
+/// while the rest is evicted around it, refuses `MADV_DONTNEED`, moves
+/// locked, is evicted once unlocked, and locking past half the budget is
+/// refused; `mlockall` locks the code, not the heap, which stays under the
+/// budget. Before, the kernel's lock made the evictor's zap fail, its undo
+/// marked chunks the kernel had zapped as resident, and the program hung.
+#[test]
+fn locked_memory_stays_resident_and_the_rest_under_the_budget() {
+    let Some((dir, bin)) = c_program("mlock", &["-O1"]) else {
+        return;
+    };
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "32M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin.as_str()]);
+        let (out, s) = output_and_summary(&run(pre, &args), &format!("mlock {extra:?}"));
+        assert_eq!(out, "ok mlock\n", "{extra:?}");
+        let p = &s["processes"][0];
+        assert!(
+            p["evicted_chunks"].as_u64().unwrap() > 500,
+            "{extra:?}: {p}"
+        );
+        assert!(
+            p["peak_bytes"].as_u64().unwrap() <= 32 << 20,
+            "{extra:?}: {p}"
+        );
+        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A program that brings its own malloc (`own_malloc.c`, as rustc links
 /// jemalloc) keeps its heap in uzswap's regions, and libc calls that
 /// allocator too. In signal mode a fault taken inside it, holding its lock,

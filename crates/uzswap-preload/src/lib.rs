@@ -10,6 +10,8 @@
 //!   uzswap's threads and for everything before initialisation;
 //! - `vma`: anonymous private `mmap`/`munmap`/`mremap`/`madvise`/`mprotect`
 //!   carved out of a few large registered regions (registrations are few);
+//! - `mlock`: `mlock` and `mlockall` on that memory: pinned, brought in
+//!   and locked, never a populate of a whole reservation;
 //! - `buffers`: system calls that take user buffers, which pin them
 //!   resident where the kernel does not hand us its faults;
 //! - `streams`: stdio and directory streams, and the libc calls that fill
@@ -34,6 +36,7 @@ mod buffers;
 mod config;
 mod fds;
 mod fork;
+mod mlock;
 mod real;
 mod report;
 mod signals;

@@ -55,6 +55,21 @@ pub unsafe fn mprotect(addr: *mut libc::c_void, len: usize, prot: i32) -> i32 {
     unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
 }
 
+pub unsafe fn mlock2(addr: *const libc::c_void, len: usize, flags: u32) -> i32 {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_mlock2, addr, len, flags) as i32 }
+}
+
+pub unsafe fn munlock(addr: *const libc::c_void, len: usize) -> i32 {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_munlock, addr, len) as i32 }
+}
+
+pub unsafe fn munlockall() -> i32 {
+    // SAFETY: takes no arguments.
+    unsafe { libc::syscall(libc::SYS_munlockall) as i32 }
+}
+
 macro_rules! real_fns {
     ($($name:ident: $ty:ty;)*) => {
         #[allow(non_upper_case_globals)]

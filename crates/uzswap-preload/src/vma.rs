@@ -110,9 +110,11 @@ pub struct Vmas {
     regions: Vec<(usize, usize, uzswap::Region)>,
     /// Free address ranges inside regions: start → end.
     free: BTreeMap<usize, usize>,
-    /// Ranges the program protected (not read+write), each pinned once:
-    /// start → end, never merged, so each unpin matches its pin.
-    protected: BTreeMap<usize, usize>,
+    /// Ranges the program protected (not read+write).
+    protected: Pins,
+    /// Ranges the program locked (`mlock`): brought in, and locked in the
+    /// kernel too, so the kernel's own swap leaves them alone as well.
+    locked: Pins,
     /// The protection the program gave each range of ours that is not
     /// read+write: start → (end, prot), disjoint, neighbours with the same
     /// protection merged (as the kernel merges VMAs). Kept apart from
@@ -122,6 +124,103 @@ pub struct Vmas {
     prots: BTreeMap<usize, (usize, i32)>,
     /// Ranges something else was mapped over (`MAP_FIXED`): start → end.
     foreign: BTreeMap<usize, usize>,
+}
+
+/// Ranges that hold one pin each on every chunk they touch (the evictor
+/// leaves those chunks alone): start → end, never merged, so each unpin
+/// matches its pin.
+#[derive(Default)]
+struct Pins(BTreeMap<usize, usize>);
+
+impl Pins {
+    fn any(&self, s: usize, e: usize) -> bool {
+        self.0.range(..e).any(|(_, &pe)| pe > s)
+    }
+
+    /// Bytes of `s..e` in the ranges.
+    fn overlap(&self, s: usize, e: usize) -> usize {
+        self.0
+            .range(..e)
+            .filter(|(_, &pe)| pe > s)
+            .map(|(&x, &y)| y.min(e) - x.max(s))
+            .sum()
+    }
+
+    /// Whether every byte of `s..e` is in one of the ranges.
+    fn covers(&self, s: usize, e: usize) -> bool {
+        let mut a = s;
+        for (&x, &y) in self.0.range(..e).filter(|(_, &pe)| pe > s) {
+            if x > a {
+                return false;
+            }
+            a = a.max(y);
+        }
+        a >= e
+    }
+
+    /// Pin what of `s..e` no range holds yet; returns those new ranges.
+    fn add(&mut self, st: &State, s: usize, e: usize) -> Vec<(usize, usize)> {
+        let mut a = s;
+        let covered: Vec<(usize, usize)> = self
+            .0
+            .range(..e)
+            .filter(|(_, &pe)| pe > s)
+            .map(|(&x, &y)| (x.max(s), y.min(e)))
+            .collect();
+        let mut gaps = Vec::new();
+        for (x, y) in covered {
+            if a < x {
+                gaps.push((a, x));
+            }
+            a = a.max(y);
+        }
+        if a < e {
+            gaps.push((a, e));
+        }
+        for &(x, y) in &gaps {
+            st.uz.pin_range(x, y - x);
+            self.0.insert(x, y);
+        }
+        gaps
+    }
+
+    fn remove(&mut self, st: &State, s: usize, e: usize) {
+        let hits: Vec<(usize, usize)> = self
+            .0
+            .range(..e)
+            .filter(|(_, &pe)| pe > s)
+            .map(|(&x, &y)| (x, y))
+            .collect();
+        let chunk = st.uz.chunk_bytes();
+        for (x, y) in hits {
+            self.0.remove(&x);
+            // Each range holds one pin on every chunk it
+            // touches. The leftovers keep the pins of their chunks (a
+            // reservation of gigabytes is split by every commit, and
+            // re-pinning what stays protected made each split cost the
+            // whole reservation's chunks); only chunks left with no
+            // byte of this range lose theirs. A chunk both
+            // leftovers share (the part lifted lies inside one chunk)
+            // needs a second pin.
+            let left = (x < s).then_some((x, s));
+            let right = (e < y).then_some((e, y));
+            let (mut a, mut b) = (x.max(s), y.min(e));
+            if let Some((l, r)) = left {
+                self.0.insert(l, r);
+                a = a.next_multiple_of(chunk);
+            }
+            if let Some((l, r)) = right {
+                self.0.insert(l, r);
+                b -= b % chunk;
+            }
+            if left.is_some() && right.is_some() && (s - 1) / chunk == e / chunk {
+                st.uz.pin_range(e, 1);
+            }
+            if a < b {
+                st.uz.unpin(a, b - a);
+            }
+        }
+    }
 }
 
 fn page_up(n: usize) -> Option<usize> {
@@ -150,7 +249,7 @@ impl Vmas {
 
     /// Split `s..e` into runs that are ours (in a region, not foreign) and
     /// runs that are not.
-    fn parts(&self, s: usize, e: usize) -> Parts {
+    pub(crate) fn parts(&self, s: usize, e: usize) -> Parts {
         let mut out: Parts = Vec::new();
         let mut a = s;
         while a < e {
@@ -268,6 +367,7 @@ impl Vmas {
         let _ = self.writable(s, e);
         self.unprotect(st, s, e);
         self.set_prot(s, e, None);
+        self.unlock(st, s, e);
         let _ = st.uz.discard(s, e - s);
         self.remove_free(s, e);
         self.insert_free(s, e);
@@ -276,7 +376,7 @@ impl Vmas {
     /// Make what the program protected in `s..e` (ours) read+write again,
     /// without unpinning it: before a discard, which writes zeros.
     fn writable(&self, s: usize, e: usize) -> Result<(), i32> {
-        if !self.protected.range(..e).any(|(_, &pe)| pe > s) {
+        if !self.protected.any(s, e) {
             return Ok(());
         }
         // SAFETY: region memory, ours.
@@ -356,65 +456,108 @@ impl Vmas {
     }
 
     fn protect(&mut self, st: &State, s: usize, e: usize) {
-        let mut a = s;
-        let covered: Vec<(usize, usize)> = self
-            .protected
-            .range(..e)
-            .filter(|(_, &pe)| pe > s)
-            .map(|(&x, &y)| (x.max(s), y.min(e)))
-            .collect();
-        let mut gaps = Vec::new();
-        for (x, y) in covered {
-            if a < x {
-                gaps.push((a, x));
+        self.protected.add(st, s, e);
+    }
+
+    /// Lock `s..e` (ours) as mlock(2) does: pinned first (the evictor's
+    /// zap of a mapping the kernel has locked is refused), brought in
+    /// unless `on_fault` (by us: in user mode the kernel's own populate
+    /// could not fault evicted memory in), then locked in the kernel, so
+    /// the machine's swap leaves it alone too. Undone where the kernel
+    /// refuses (`RLIMIT_MEMLOCK`).
+    ///
+    /// Locked memory of ours is limited to half the budget, as
+    /// `RLIMIT_MEMLOCK` limits it: past that the lock fails with ENOMEM
+    /// (pinned memory cannot be evicted, so a budget all locked would be
+    /// no budget).
+    pub(crate) fn lock(
+        &mut self,
+        st: &State,
+        s: usize,
+        e: usize,
+        on_fault: bool,
+    ) -> Result<(), i32> {
+        let held: usize = self.locked.0.iter().map(|(a, b)| b - a).sum();
+        let more = (e - s) - self.locked.overlap(s, e);
+        if (held + more) as u64 > st.cfg.budget / 2 {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                crate::say(&format!(
+                    "mlock: {} MiB locked would pass half the budget; refused (ENOMEM)",
+                    (held + more) >> 20
+                ))
+            });
+            return Err(libc::ENOMEM);
+        }
+        let added = self.locked.add(st, s, e);
+        if !on_fault {
+            self.bring_in(st, s, e);
+        }
+        let flags = if on_fault {
+            crate::mlock::MLOCK_ONFAULT
+        } else {
+            0
+        };
+        // SAFETY: region memory, ours.
+        if unsafe { real::mlock2(s as *const c_void, e - s, flags) } != 0 {
+            let err = crate::errno();
+            for (x, y) in added {
+                self.locked.remove(st, x, y);
             }
-            a = a.max(y);
+            return Err(err);
         }
-        if a < e {
-            gaps.push((a, e));
-        }
-        for (x, y) in gaps {
-            st.uz.pin_range(x, y - x);
-            self.protected.insert(x, y);
+        Ok(())
+    }
+
+    /// Undo [`Self::lock`] over `s..e` (ours).
+    pub(crate) fn unlock(&mut self, st: &State, s: usize, e: usize) {
+        if self.locked.any(s, e) {
+            // SAFETY: region memory, ours.
+            unsafe { real::munlock(s as *const c_void, e - s) };
+            self.locked.remove(st, s, e);
         }
     }
 
-    fn unprotect(&mut self, st: &State, s: usize, e: usize) {
-        let hits: Vec<(usize, usize)> = self
-            .protected
+    /// Bring `s..e` (ours) in as the kernel's populate would: written where
+    /// the program may write, read where it may only read, and left alone
+    /// where it may not read (a touch there would fault in our hands).
+    fn bring_in(&self, st: &State, s: usize, e: usize) {
+        let mut a = s;
+        let prots: Vec<(usize, usize, i32)> = self
+            .prots
             .range(..e)
-            .filter(|(_, &pe)| pe > s)
-            .map(|(&x, &y)| (x, y))
+            .filter(|(_, &(pe, _))| pe > s)
+            .map(|(&x, &(y, p))| (x.max(s), y.min(e), p))
+            .chain(std::iter::once((e, e, RW)))
             .collect();
-        let chunk = st.uz.chunk_bytes();
-        for (x, y) in hits {
-            self.protected.remove(&x);
-            // Each protected range holds one pin on every chunk it
-            // touches. The leftovers keep the pins of their chunks (a
-            // reservation of gigabytes is split by every commit, and
-            // re-pinning what stays protected made each split cost the
-            // whole reservation's chunks); only chunks left with no
-            // protected byte of this range lose theirs. A chunk both
-            // leftovers share (the part lifted lies inside one chunk)
-            // needs a second pin.
-            let left = (x < s).then_some((x, s));
-            let right = (e < y).then_some((e, y));
-            let (mut a, mut b) = (x.max(s), y.min(e));
-            if let Some((l, r)) = left {
-                self.protected.insert(l, r);
-                a = a.next_multiple_of(chunk);
+        for (x, y, p) in prots {
+            if a < x {
+                drop(st.uz.pin(a, x - a, true));
             }
-            if let Some((l, r)) = right {
-                self.protected.insert(l, r);
-                b -= b % chunk;
+            if x < y && p & libc::PROT_READ != 0 {
+                drop(st.uz.pin(x, y - x, p & libc::PROT_WRITE != 0));
             }
-            if left.is_some() && right.is_some() && (s - 1) / chunk == e / chunk {
-                st.uz.pin_range(e, 1);
-            }
-            if a < b {
-                st.uz.unpin(a, b - a);
-            }
+            a = a.max(y);
         }
+    }
+
+    /// Whether `s..e` is locked: all of it, none of it, or Err for parts
+    /// (more than one mapping, to the kernel).
+    fn locked_of(&self, s: usize, e: usize) -> Result<bool, ()> {
+        match (self.locked.covers(s, e), self.locked.any(s, e)) {
+            (true, _) => Ok(true),
+            (false, false) => Ok(false),
+            (false, true) => Err(()),
+        }
+    }
+
+    /// Every range [`Self::lock`] holds.
+    pub(crate) fn locked_ranges(&self) -> Vec<(usize, usize)> {
+        self.locked.0.iter().map(|(&a, &b)| (a, b)).collect()
+    }
+
+    fn unprotect(&mut self, st: &State, s: usize, e: usize) {
+        self.protected.remove(st, s, e);
     }
 
     /// Something other than our anonymous memory is mapped over `s..e`:
@@ -425,6 +568,7 @@ impl Vmas {
                 let _ = self.writable(a, b);
                 self.unprotect(st, a, b);
                 self.set_prot(a, b, None);
+                self.unlock(st, a, b);
                 let _ = st.uz.discard(a, b - a);
                 st.uz.pin_range(a, b - a);
                 self.remove_free(a, b);
@@ -440,6 +584,11 @@ const MAP_FIXED_NOREPLACE: i32 = 0x100000;
 fn failed(e: i32) -> *mut c_void {
     crate::set_errno(e);
     libc::MAP_FAILED
+}
+
+fn failed_rc(e: i32) -> i32 {
+    crate::set_errno(e);
+    -1
 }
 
 /// # Safety
@@ -489,6 +638,7 @@ pub unsafe extern "C" fn mmap(
                 }
                 v.unprotect(st, s, e);
                 v.set_prot(s, e, None);
+                v.unlock(st, s, e);
                 let _ = st.uz.discard(s, len);
                 v.remove_free(s, e);
                 if none {
@@ -594,7 +744,7 @@ pub unsafe extern "C" fn mremap(
     let mut v = st.vmas.lock();
     // The kernel moves or grows one mapping with its protection, and
     // answers EFAULT for a range over mappings that differ.
-    let Ok(prot) = v.prot_of(s, s + old_len) else {
+    let (Ok(prot), Ok(locked)) = (v.prot_of(s, s + old_len), v.locked_of(s, s + old_len)) else {
         return failed(libc::EFAULT);
     };
     if new_len <= old_len {
@@ -606,11 +756,18 @@ pub unsafe extern "C" fn mremap(
     let (grow_s, grow_e) = (s + old_len, s + new_len);
     if v.region_of(grow_e - 1) == v.region_of(s) && v.all_free(grow_s, grow_e) {
         v.remove_free(grow_s, grow_e);
-        if let Some(p) = prot {
-            if let Err(e) = v.protect_as(st, grow_s, grow_e, p) {
-                v.give_back(st, grow_s, grow_e);
-                return failed(e);
-            }
+        // Locked (brought in while still writable), then protected.
+        let grown = match locked {
+            true => v.lock(st, grow_s, grow_e, false),
+            false => Ok(()),
+        };
+        let grown = grown.and_then(|()| match prot {
+            Some(p) => v.protect_as(st, grow_s, grow_e, p),
+            None => Ok(()),
+        });
+        if let Err(e) = grown {
+            v.give_back(st, grow_s, grow_e);
+            return failed(e);
         }
         return old;
     }
@@ -628,12 +785,18 @@ pub unsafe extern "C" fn mremap(
     // SAFETY: two live ranges of region memory that do not overlap (the
     // new one was free); the copy faults evicted pages in.
     unsafe { std::ptr::copy_nonoverlapping(old as *const u8, new as *mut u8, old_len) };
-    if let Some(p) = prot {
-        if let Err(e) = v.protect_as(st, new, new + new_len, p) {
-            let _ = v.restore_prots(s, s + old_len);
-            v.give_back(st, new, new + new_len);
-            return failed(e);
-        }
+    let moved = match locked {
+        true => v.lock(st, new, new + new_len, false),
+        false => Ok(()),
+    };
+    let moved = moved.and_then(|()| match prot {
+        Some(p) => v.protect_as(st, new, new + new_len, p),
+        None => Ok(()),
+    });
+    if let Err(e) = moved {
+        let _ = v.restore_prots(s, s + old_len);
+        v.give_back(st, new, new + new_len);
+        return failed(e);
     }
     v.give_back(st, s, s + old_len);
     new as *mut c_void
@@ -657,8 +820,17 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
         return unsafe { real::madvise(addr, len, advice) };
     }
     let parts = v.parts(s, e);
+    let dropping = matches!(
+        advice,
+        libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_REMOVE
+    );
+    if dropping && v.locked.any(s, e) {
+        // The kernel refuses to drop locked memory.
+        return failed_rc(libc::EINVAL);
+    }
     let protected: Vec<(usize, usize)> = v
         .protected
+        .0
         .range(..e)
         .filter(|(_, &pe)| pe > s)
         .map(|(&a, &b)| (a, b))

@@ -1000,13 +1000,35 @@ impl Zaps {
                 }
                 (Zapped::Partial { ci, mask, .. }, None) => stored_now(sh, r, ci, mask),
                 (Zapped::Run { cis }, Some(e)) => {
-                    // Not expected on a live anonymous mapping; undo instead
-                    // of leaving mapped pages marked STORED.
+                    // Not expected on a live anonymous mapping (a range the
+                    // caller locked with mlock(2) behind uzswap's back is
+                    // one cause); undo instead of leaving mapped pages
+                    // marked STORED. The kernel stops at the first mapping
+                    // it refuses, having zapped those before it: each chunk
+                    // is zapped again on its own, and only those refused
+                    // are undone (a refused chunk is one whole mapping or
+                    // none, unless a mapping boundary cuts it).
                     eprintln!("uzswap: evictor: MADV_DONTNEED: {e}");
-                    let bytes = (cis.len() * sh.chunk) as u64;
+                    let mut refused = Vec::new();
+                    for ci in cis.clone() {
+                        let a = r.chunk_addr(ci, sh.chunk);
+                        // The injected failure refuses the first chunk again.
+                        let injected = k == 0 && skip == 1 && ci == cis.start;
+                        let range = a..a + sh.chunk;
+                        let one = std::slice::from_ref(&range);
+                        // SAFETY: as above, for one of those chunks.
+                        let zapped =
+                            !injected && unsafe { uzswap_zpool::zap::zapper().zap(one) }.is_empty();
+                        if zapped {
+                            stored_now(sh, r, ci, u16::MAX);
+                        } else {
+                            refused.push(ci);
+                        }
+                    }
+                    let bytes = (refused.len() * sh.chunk) as u64;
                     sh.resident.fetch_add(bytes, Relaxed);
                     recharged += bytes as i64;
-                    for ci in cis {
+                    for ci in refused {
                         sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
                         let a = r.chunk_addr(ci, sh.chunk);
                         let _ = sh
