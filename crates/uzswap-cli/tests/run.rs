@@ -675,6 +675,79 @@ fn locked_memory_stays_resident_and_the_rest_under_the_budget() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A plugin opened with `RTLD_DEEPBIND` (PHP opens every extension so)
+/// bound its `malloc` and `free` to glibc's, past the library's: freeing
+/// what the program allocated aborted it ("free(): invalid pointer"; `php`
+/// under `uzswap run` died before its first line). The plugin now shares
+/// the program's allocator, its memory is under the budget, and `dlopen`
+/// still searches the program's `RUNPATH`.
+#[test]
+fn a_plugin_opened_with_deepbind_shares_the_programs_allocator() {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-deepbind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = programs().join("deepbind.c");
+    let plugin = dir.join("libdeepbind_plugin.so");
+    let bin = dir.join("deepbind");
+    let built = [
+        Command::new(cc)
+            .args(["-O1", "-shared", "-fPIC", "-DPLUGIN", "-o"])
+            .arg(&plugin)
+            .arg(&src)
+            .status(),
+        Command::new(cc)
+            .args(["-O1", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .args(["-ldl", "-Wl,-rpath,$ORIGIN"])
+            .status(),
+    ];
+    assert!(built.iter().all(|s| s.as_ref().unwrap().success()));
+    let bin = bin.to_str().unwrap();
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "16M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin, "48"]);
+        let (out, s) = output_and_summary(&run(pre, &args), &format!("deepbind {extra:?}"));
+        assert_eq!(out, "ok deepbind\n", "{extra:?}");
+        let p = &s["processes"][0];
+        assert!(
+            p["evicted_chunks"].as_u64().unwrap() > 500,
+            "{extra:?}: {p}"
+        );
+        assert!(
+            p["peak_bytes"].as_u64().unwrap() <= 16 << 20,
+            "{extra:?}: {p}"
+        );
+        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Address hints are taken as the kernel takes them (`hints.c`): LuaJIT
+/// wants its machine code within a jump of its binary and asked again and
+/// again while every answer came from a region far off (347 k `mmap` and
+/// `munmap` pairs for one script, and the script never compiled); a hint at
+/// free memory is where the mapping goes; `MAP_32BIT` memory is low.
+#[test]
+fn address_hints_are_taken() {
+    let Some((dir, bin)) = c_program("hints", &["-O1"]) else {
+        return;
+    };
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "16M", "--stats", "/dev/null"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin.as_str()]);
+        assert_eq!(
+            ok(&run(pre, &args), &format!("hints {extra:?}")),
+            "ok hints\n"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A program that brings its own malloc (`own_malloc.c`, as rustc links
 /// jemalloc) keeps its heap in uzswap's regions, and libc calls that
 /// allocator too. In signal mode a fault taken inside it, holding its lock,

@@ -16,6 +16,8 @@
 //!   resident where the kernel does not hand us its faults;
 //! - `streams`: stdio and directory streams, and the libc calls that fill
 //!   buffers they allocate, on that same path;
+//! - `dlopen`: libraries opened with `RTLD_DEEPBIND` bind to the malloc
+//!   family here like any other;
 //! - `signals`: in signal mode, SIGBUS stays uzswap's and unblocked;
 //! - `fork`: a child gets every byte its parent had;
 //! - `fds`: the program's closes and `dup2`s, kept off the library's own
@@ -34,6 +36,7 @@
 mod alloc;
 mod buffers;
 mod config;
+mod dlopen;
 mod fds;
 mod fork;
 mod mlock;

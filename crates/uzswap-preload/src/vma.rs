@@ -32,8 +32,15 @@
 //! read+write or `PROT_NONE` stays ours: the range reads zeros, with that
 //! protection.
 //!
-//! Passed through untouched: file-backed, shared, hugetlb, stack and
-//! grows-down mappings, and any other mapping not read+write at creation
+//! An address hint is taken as the kernel takes one: the mapping goes
+//! there where those addresses are free, in a region made there when they
+//! lie outside every region (`Vmas::alloc_near`). A JIT that wants its code
+//! within a jump of its binary retried its `mmap` for ever when every
+//! answer came from a region far off: LuaJIT ran 347 k `mmap`/`munmap`
+//! pairs for one script, and never compiled it.
+//!
+//! Passed through untouched: file-backed, shared, hugetlb, `MAP_32BIT`,
+//! stack and grows-down mappings, and any other mapping not read+write at creation
 //! (executable code, read-only memory). A mapping placed with `MAP_FIXED`
 //! over region memory that is not an anonymous read+write or `PROT_NONE`
 //! mapping takes that range out of uzswap's hands for good: it is
@@ -65,6 +72,14 @@ const MAX_ALIGN: usize = 32 << 20;
 /// JVM reserves its largest heap (a quarter of the machine's memory by
 /// default) and V8 far less.
 const MAX_NONE: usize = 64 << 30;
+
+/// Most regions made at a program's address hints; past them hints are
+/// taken only inside the regions there are.
+const MAX_HINTED: usize = 64;
+/// mimalloc's hints for segment-aligned memory (`_mi_os_get_aligned_hint`:
+/// from 2 TiB, wrapping after 30 TiB plus a request).
+const MI_HINT_BASE: usize = 2 << 40;
+const MI_HINT_END: usize = 32 << 40;
 
 /// Most regions whose ranges `in_regions` knows. Regions are reservations
 /// of at least [`RESERVE`] bytes, so this covers terabytes of address space.
@@ -122,6 +137,8 @@ pub struct Vmas {
     /// is restored after uzswap makes protected memory writable for a
     /// moment (a discard, a move).
     prots: BTreeMap<usize, (usize, i32)>,
+    /// Regions made at a program's address hint ([`Vmas::alloc_near`]).
+    hinted: usize,
     /// Ranges something else was mapped over (`MAP_FIXED`): start → end.
     foreign: BTreeMap<usize, usize>,
 }
@@ -347,15 +364,51 @@ impl Vmas {
                 return Some(a);
             }
             let size = len.checked_add(align)?.max(RESERVE);
-            let r = st.uz.region(size).ok()?;
-            let base = r.as_ptr() as usize;
-            let end = base + r.len();
-            let at = self.regions.partition_point(|(b, _, _)| *b < base);
-            self.regions.insert(at, (base, end, r));
-            record_range(base, end);
-            self.free.insert(base, end);
+            self.add_region(st.uz.region(size).ok()?);
         }
         None
+    }
+
+    fn add_region(&mut self, r: uzswap::Region) {
+        let base = r.as_ptr() as usize;
+        let end = base + r.len();
+        let at = self.regions.partition_point(|(b, _, _)| *b < base);
+        self.regions.insert(at, (base, end, r));
+        record_range(base, end);
+        self.free.insert(base, end);
+    }
+
+    /// [`Self::alloc`] at `hint`, as mmap(2) takes one: exactly there where
+    /// those addresses are free region memory, and in a new region placed
+    /// there where they lie outside every region, so the memory stays
+    /// uzswap's and where the program wanted it (LuaJIT places its machine
+    /// code within a jump of its binary and retries until it is; the JVM
+    /// asks for its heap under 32 GiB for compressed pointers). First-fit
+    /// otherwise, and past [`MAX_HINTED`] such regions.
+    fn alloc_near(&mut self, st: &State, hint: usize, len: usize) -> Option<usize> {
+        let hint = hint & !(PAGE_SIZE - 1);
+        let Some(end) = hint.checked_add(len).filter(|_| hint != 0) else {
+            return self.alloc(st, len);
+        };
+        // mimalloc's own hints for its aligned segments: first-fit in the
+        // regions, as before (a region per segment would spend them).
+        let allocators = MI_HINT_BASE..MI_HINT_END;
+        if !self.all_free(hint, end)
+            && !self.overlaps(hint, end)
+            && !allocators.contains(&hint)
+            && self.hinted < MAX_HINTED
+        {
+            let at = hint - hint % st.uz.chunk_bytes();
+            if let Ok(r) = st.uz.region_near(at, end - at) {
+                self.hinted += 1;
+                self.add_region(r);
+            }
+        }
+        if self.all_free(hint, end) {
+            self.remove_free(hint, end);
+            return Some(hint);
+        }
+        self.alloc(st, len)
     }
 
     /// Give `s..e` (ours) back: its protection pins go, its memory is
@@ -607,9 +660,12 @@ pub unsafe extern "C" fn mmap(
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
     };
     let _g = Internal::enter();
+    // MAP_32BIT (memory under 2 GiB, for code that keeps 32-bit pointers)
+    // passes through: regions lie higher.
     let private = flags & libc::MAP_ANONYMOUS != 0
         && flags & 0x0f == libc::MAP_PRIVATE
-        && flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK) == 0;
+        && flags & (libc::MAP_HUGETLB | libc::MAP_GROWSDOWN | libc::MAP_STACK | libc::MAP_32BIT)
+            == 0;
     let anon = private && prot == RW;
     // Address space reserved, or given back (`MAP_FIXED`), inaccessible.
     let none = private && prot == libc::PROT_NONE;
@@ -659,7 +715,7 @@ pub unsafe extern "C" fn mmap(
         // SAFETY: as above.
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
     }
-    match v.alloc(st, len) {
+    match v.alloc_near(st, addr as usize, len) {
         Some(a) if none => {
             // Fresh memory is never evicted anyway.
             if let Err(e) = v.protect_as(st, a, a + len, libc::PROT_NONE) {

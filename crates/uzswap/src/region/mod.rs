@@ -993,6 +993,13 @@ impl Uzswap {
     /// A new region of at least `len` bytes (rounded up to whole chunks),
     /// reading as zeros until written.
     pub fn region(&self, len: usize) -> Result<Region, RegionError> {
+        self.region_near(0, len)
+    }
+
+    /// [`Uzswap::region`], placed at `hint` (rounded down to a chunk) where
+    /// those addresses are free, as mmap(2) takes a hint; elsewhere if
+    /// not. A zero hint leaves the place to the kernel.
+    pub fn region_near(&self, hint: usize, len: usize) -> Result<Region, RegionError> {
         let sh = &self.owner.sh;
         let chunk = sh.chunk;
         if len == 0 {
@@ -1017,7 +1024,7 @@ impl Uzswap {
         // affected.
         let p = unsafe {
             libc::mmap(
-                std::ptr::null_mut(),
+                (hint - hint % chunk) as *mut libc::c_void,
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
