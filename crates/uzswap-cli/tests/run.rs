@@ -609,6 +609,31 @@ fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `cmd` under `--budget {mib}M --json` on every open path: prints `want`,
+/// evicts more than `evicted` chunks, peaks within the budget, and takes
+/// no fault error.
+fn under_budget_everywhere(cmd: &[&str], mib: u64, want: &str, evicted: u64) {
+    let budget = format!("{mib}M");
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", budget.as_str(), "--json"];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        let (out, s) = output_and_summary(&run(pre, &args), &format!("{cmd:?} {extra:?}"));
+        assert_eq!(out, want, "{cmd:?} {extra:?}");
+        let p = &s["processes"][0];
+        assert!(
+            p["evicted_chunks"].as_u64().unwrap() > evicted,
+            "{extra:?}: {p}"
+        );
+        assert!(
+            p["peak_bytes"].as_u64().unwrap() <= mib << 20,
+            "{extra:?}: {p}"
+        );
+        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
+    }
+}
+
 /// Memory a managed runtime takes (`reserve.c`: the JVM commits its heap
 /// with `mmap(MAP_FIXED)` over a `PROT_NONE` reservation, V8 with
 /// `mprotect`, and both give parts back with `mmap(MAP_FIXED, PROT_NONE)`)
@@ -622,24 +647,7 @@ fn a_runtimes_reserved_heap_is_under_the_budget() {
     let Some((dir, bin)) = c_program("reserve", &["-O1"]) else {
         return;
     };
-    let budget = 32u64 << 20;
-    for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "32M", "--json"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", bin.as_str(), "128"]);
-        let (out, s) = output_and_summary(&run(pre, &args), &format!("reserve {extra:?}"));
-        assert_eq!(out, "ok reserve\n", "{extra:?}");
-        let p = &s["processes"][0];
-        assert!(
-            p["evicted_chunks"].as_u64().unwrap() > 1000,
-            "{extra:?}: {p}"
-        );
-        assert!(
-            p["peak_bytes"].as_u64().unwrap() <= budget,
-            "{extra:?}: {p}"
-        );
-        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
-    }
+    under_budget_everywhere(&[bin.as_str(), "128"], 32, "ok reserve\n", 1000);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -655,23 +663,7 @@ fn locked_memory_stays_resident_and_the_rest_under_the_budget() {
     let Some((dir, bin)) = c_program("mlock", &["-O1"]) else {
         return;
     };
-    for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "32M", "--json"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", bin.as_str()]);
-        let (out, s) = output_and_summary(&run(pre, &args), &format!("mlock {extra:?}"));
-        assert_eq!(out, "ok mlock\n", "{extra:?}");
-        let p = &s["processes"][0];
-        assert!(
-            p["evicted_chunks"].as_u64().unwrap() > 500,
-            "{extra:?}: {p}"
-        );
-        assert!(
-            p["peak_bytes"].as_u64().unwrap() <= 32 << 20,
-            "{extra:?}: {p}"
-        );
-        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
-    }
+    under_budget_everywhere(&[bin.as_str()], 32, "ok mlock\n", 500);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -706,23 +698,7 @@ fn a_plugin_opened_with_deepbind_shares_the_programs_allocator() {
     ];
     assert!(built.iter().all(|s| s.as_ref().unwrap().success()));
     let bin = bin.to_str().unwrap();
-    for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "16M", "--json"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", bin, "48"]);
-        let (out, s) = output_and_summary(&run(pre, &args), &format!("deepbind {extra:?}"));
-        assert_eq!(out, "ok deepbind\n", "{extra:?}");
-        let p = &s["processes"][0];
-        assert!(
-            p["evicted_chunks"].as_u64().unwrap() > 500,
-            "{extra:?}: {p}"
-        );
-        assert!(
-            p["peak_bytes"].as_u64().unwrap() <= 16 << 20,
-            "{extra:?}: {p}"
-        );
-        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
-    }
+    under_budget_everywhere(&[bin, "48"], 16, "ok deepbind\n", 500);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
