@@ -318,14 +318,14 @@ impl super::Uzswap {
     /// fault often; returns whether the thread was registered (it is not
     /// where handler threads are not bound to CPUs, glibc has no rseq, or
     /// the thread's stack is region memory). A registered thread must call
-    /// [`Uzswap::unregister_thread`] before it exits, and before the
+    /// [`Self::unregister_thread`] before it exits, and before the
     /// instance is dropped.
     pub fn register_thread(&self) -> bool {
         let sh = &self.owner.sh;
         sh.locality.register_current(|a| sh.lookup(a).is_some())
     }
 
-    /// Undo [`Uzswap::register_thread`] for the calling thread.
+    /// Undo [`Self::register_thread`] for the calling thread.
     pub fn unregister_thread(&self) {
         self.owner.sh.locality.unregister_current()
     }

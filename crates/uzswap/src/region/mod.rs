@@ -1356,6 +1356,12 @@ fn stats_of(sh: &Shared) -> UzswapStats {
 
 /// Memory under uzswap. Reads as zeros until written; may be read and
 /// written from any thread through [`Region::as_ptr`].
+///
+/// To keep part of it resident, pin it ([`Uzswap::pin_range`] and a touch,
+/// or [`Uzswap::pin`]) before any `mlock(2)` of it: the kernel refuses to
+/// zap a locked mapping, so the evictor gives up such chunks, and one that
+/// a lock cuts in the middle may lose the pages it had zapped before the
+/// refusal. `uzswap run` pins every range a program locks first.
 pub struct Region {
     owner: Arc<Owner>,
     inner: Arc<RegionInner>,

@@ -3,7 +3,7 @@
 //! A page handed to [`Zswap::store`] / [`Zswap::store_folio`] is checked for
 //! same-filled content, otherwise compressed on the batch engine and copied
 //! into the zsmalloc-style pool; the tree maps its [`SwapEntry`] to a
-//! [`ZswapEntry`](entry::ZswapEntry). [`Zswap::load`] finds, verifies and
+//! `ZswapEntry` (`entry.rs`). [`Zswap::load`] finds, verifies and
 //! decompresses it; [`Zswap::invalidate`] drops it.
 //!
 //! Unlike the kernel's zswap, an entry holds no swap-device slot: a slot is
@@ -142,7 +142,7 @@ pub enum LoadMode {
 /// exists (accept_threshold_percent 90, same-filled handling on).
 #[derive(Clone, Debug)]
 pub struct ZswapConfig {
-    /// "lz4" (default), "zstd[:level]", "lzo", "deflate[:level]".
+    /// `"lz4"` (default), `"zstd[:level]"`, `"lzo"`, `"deflate[:level]"`.
     pub compressor: String,
     /// Engine worker threads; 0 means one per online CPU.
     pub workers: usize,
@@ -206,7 +206,7 @@ pub struct ZswapConfig {
     /// same algorithm will do: "zstd:-1" stores, "zstd:3" recompresses).
     pub recompress: Option<String>,
     /// PSI trigger written to /proc/pressure/memory by the shrinker thread
-    /// ("some <stall us> <window us>"); `None`: do not watch PSI.
+    /// (`"some <stall us> <window us>"`); `None`: do not watch PSI.
     pub psi_trigger: Option<String>,
     /// Back the pool with transparent huge pages once it holds an arena
     /// (`zpool::PoolConfig::huge_arenas`). Off by default: where the host

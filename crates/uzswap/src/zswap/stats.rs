@@ -1,6 +1,6 @@
 //! zswap counters, named as the kernel's (vmstat: zswpout, zswpin, zswpwb;
 //! debugfs: stored_pages, same_filled_pages, pool_total_size, pool_limit_hit,
-//! reject_*; per-order sysfs: hugepages-<N>kB/stats/zswpout).
+//! reject_*; per-order sysfs: `hugepages-<N>kB/stats/zswpout`).
 
 use crate::MAX_ORDER;
 use serde::Serialize;
@@ -143,7 +143,7 @@ pub struct ZswapStats {
     /// Heap bytes of the tree's maps and rings (by capacity): the cache's
     /// own memory for its entries, outside the pool and the budget.
     pub tree_bytes: u64,
-    /// Keyed "hugepages-<N>kB" for orders 1..=9 with any activity.
+    /// Keyed `"hugepages-<N>kB"` for orders 1..=9 with any activity.
     pub mthp: BTreeMap<String, OrderStats>,
     /// Where written-back pages go: "none", "file", "redis", "redis-cluster".
     pub writeback_target: &'static str,
