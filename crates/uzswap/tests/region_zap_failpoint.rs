@@ -1,8 +1,9 @@
 //! The evictor's undo path, driven by failure injection: a zap
 //! (`MADV_DONTNEED`) refused after the chunk's content went to the cache
 //! must leave the chunk mapped, charged and correct (a whole chunk
-//! writable again, a partial chunk still partial), and a later eviction
-//! and fault must bring every byte back. One test in its own binary: the
+//! writable again, a partial chunk still partial, a chunk zapped in part
+//! before the refusal whole again), and a later eviction and fault must
+//! bring every byte back. One test in its own binary: the
 //! failpoint is process-wide.
 
 use uzswap::region::{failpoints, Advice, Region};
@@ -59,6 +60,26 @@ fn a_refused_zap_keeps_the_chunk_mapped_and_loses_nothing() {
     check(&r, &[3, PER + 5]);
     r.advise(0..len, Advice::PageOut).unwrap();
     assert_eq!(r.resident_bytes(), 0);
+    check(&r, &[3, PER + 5]);
+
+    // A zap the kernel refuses midway through a chunk (a mapping locked
+    // behind uzswap's back that begins inside it) has zapped the pages
+    // before the refusal: they are put back from the cache, where their
+    // only copies were, and the chunk stays mapped without a fault.
+    check(&r, &[3, PER + 5]);
+    failpoints::fail_next_zap_midway();
+    r.advise(0..len, Advice::PageOut).unwrap();
+    assert_eq!(r.resident_bytes(), (PER * PAGE_SIZE) as u64);
+    assert_eq!(uz.stats().zapped_restored, (PER / 2) as u64);
+    let faults = uz.stats().pgmajfault;
+    for p in 0..PER {
+        read(&r, p);
+    }
+    assert_eq!(
+        uz.stats().pgmajfault,
+        faults,
+        "the refused chunk is mapped whole"
+    );
     check(&r, &[3, PER + 5]);
     let st = uz.stats();
     assert_eq!(st.fault_errors, 0, "{st:?}");

@@ -976,8 +976,16 @@ impl Zaps {
         if self.ranges.is_empty() {
             return 0;
         }
-        // Failure injection: the first range is left out, as refused.
-        let skip = usize::from(super::failpoints::take_zap());
+        // Failure injection: the first range is left out, as refused (after
+        // the first half of its first chunk went, where asked so).
+        let inject = super::failpoints::take_zap();
+        let skip = usize::from(inject != 0);
+        if inject == 2 {
+            let a = self.ranges[0].start;
+            let half = a..a + sh.chunk / 2;
+            // SAFETY: half of one of these chunks, as the flush would zap.
+            let _ = unsafe { uzswap_zpool::zap::zapper().zap(std::slice::from_ref(&half)) };
+        }
         // SAFETY: these chunks are ours (EVICTING) under the caller's
         // `live`, their mapped pages' content is in the cache, and any
         // writer is parked on their write-protection.
@@ -1013,7 +1021,7 @@ impl Zaps {
                     for ci in cis.clone() {
                         let a = r.chunk_addr(ci, sh.chunk);
                         // The injected failure refuses the first chunk again.
-                        let injected = k == 0 && skip == 1 && ci == cis.start;
+                        let injected = k == 0 && inject != 0 && ci == cis.start;
                         let range = a..a + sh.chunk;
                         let one = std::slice::from_ref(&range);
                         // SAFETY: as above, for one of those chunks.
@@ -1029,6 +1037,7 @@ impl Zaps {
                     sh.resident.fetch_add(bytes, Relaxed);
                     recharged += bytes as i64;
                     for ci in refused {
+                        restore_zapped(sh, r, ci);
                         sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
                         let a = r.chunk_addr(ci, sh.chunk);
                         let _ = sh
@@ -1062,6 +1071,57 @@ impl Zaps {
         self.ranges.clear();
         self.bytes = 0;
         recharged
+    }
+}
+
+/// Chunk `ci` (EVICTING, whole, its content in the cache) had its zap
+/// refused, but the kernel may have zapped its pages before the mapping it
+/// refused (a lock that begins inside the chunk): put those back from the
+/// cache, where their only copies are, before the chunk is undone to
+/// RESIDENT and the copies dropped. Pages the kernel did not reach are
+/// still mapped and skipped (`mincore`); an install that finds one mapped
+/// after all is skipped too.
+fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize) {
+    let base = r.chunk_addr(ci, sh.chunk);
+    let n = sh.chunk / PAGE_SIZE;
+    let mut present = vec![0u8; n];
+    // SAFETY: the chunk's range, page-aligned, and a vector of one byte
+    // per page.
+    if unsafe { libc::mincore(base as *mut _, sh.chunk, present.as_mut_ptr()) } != 0 {
+        return;
+    }
+    let first = sh.entry(r, ci);
+    let mut page = vec![0u8; PAGE_SIZE];
+    for p in (0..n).filter(|&p| present[p] & 1 == 0) {
+        let at = base + p * PAGE_SIZE;
+        match sh.zswap.load(
+            first.offset(p as u64),
+            &mut page,
+            crate::zswap::LoadMode::KeepCopy,
+        ) {
+            // SAFETY: one page of a registered region's chunk we own
+            // (EVICTING) under the caller's `live`; `page` is readable.
+            Ok(()) => match unsafe {
+                super::uffd_sys::copy(
+                    super::uffd_fd(sh),
+                    at,
+                    page.as_ptr(),
+                    PAGE_SIZE,
+                    false,
+                    false,
+                )
+            } {
+                Ok(_) => sh.ctr.zapped_restored.fetch_add(1, Relaxed),
+                Err((e, _)) => {
+                    eprintln!("uzswap: evictor: restoring a zapped page at {at:#x}: {e}");
+                    0
+                }
+            },
+            Err(e) => {
+                eprintln!("uzswap: evictor: a zapped page at {at:#x} is not in the cache: {e}");
+                0
+            }
+        };
     }
 }
 

@@ -23,8 +23,8 @@ mod off {
         false
     }
     #[inline(always)]
-    pub(in crate::region) fn take_zap() -> bool {
-        false
+    pub(in crate::region) fn take_zap() -> u8 {
+        0
     }
     #[inline(always)]
     pub(in crate::region) fn take_poison() -> bool {
@@ -44,19 +44,22 @@ mod off {
 pub(super) use on::*;
 #[cfg(feature = "failpoints")]
 pub use on::{
-    delay_faults, fail_copies, fail_next_copy, fail_next_poison, fail_next_zap, fail_partial_store,
-    fail_unprotects, hold_partial_evict, holding,
+    delay_faults, fail_copies, fail_next_copy, fail_next_poison, fail_next_zap,
+    fail_next_zap_midway, fail_partial_store, fail_unprotects, hold_partial_evict, holding,
 };
 
 #[cfg(feature = "failpoints")]
 mod on {
-    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
     /// `UFFDIO_COPY` calls left to fail (0: disarmed).
     static FAIL_COPIES: AtomicU32 = AtomicU32::new(0);
     /// Write-protect faults' unprotects left to fail (0: disarmed).
     static FAIL_UNPROTECTS: AtomicU32 = AtomicU32::new(0);
-    static FAIL_NEXT_ZAP: AtomicBool = AtomicBool::new(false);
+    /// 0: disarmed; [`ZAP_REFUSED`]; [`ZAP_MIDWAY`].
+    static FAIL_NEXT_ZAP: AtomicU8 = AtomicU8::new(0);
+    pub(in crate::region) const ZAP_REFUSED: u8 = 1;
+    pub(in crate::region) const ZAP_MIDWAY: u8 = 2;
     static FAIL_NEXT_POISON: AtomicBool = AtomicBool::new(false);
     /// Partial-chunk page stores left until the refused one (0: disarmed).
     static FAIL_PARTIAL_STORE: AtomicU32 = AtomicU32::new(0);
@@ -102,7 +105,14 @@ mod on {
     /// The evictor's next zap fails for the first chunk in it (before any of
     /// its pages go), as if `madvise(MADV_DONTNEED)` had refused the range.
     pub fn fail_next_zap() {
-        FAIL_NEXT_ZAP.store(true, Ordering::Release);
+        FAIL_NEXT_ZAP.store(ZAP_REFUSED, Ordering::Release);
+    }
+
+    /// The evictor's next zap zaps the first half of the first chunk in it
+    /// and then fails for that chunk, as the kernel's `MADV_DONTNEED` does
+    /// where a locked mapping begins in the middle of the chunk.
+    pub fn fail_next_zap_midway() {
+        FAIL_NEXT_ZAP.store(ZAP_MIDWAY, Ordering::Release);
     }
 
     /// The next `UFFDIO_POISON` fails, as on a kernel older than 6.6,
@@ -155,8 +165,11 @@ mod on {
     }
 
     /// Consume the zap failpoint.
-    pub(in crate::region) fn take_zap() -> bool {
-        FAIL_NEXT_ZAP.load(Ordering::Relaxed) && FAIL_NEXT_ZAP.swap(false, Ordering::AcqRel)
+    pub(in crate::region) fn take_zap() -> u8 {
+        match FAIL_NEXT_ZAP.load(Ordering::Relaxed) {
+            0 => 0,
+            _ => FAIL_NEXT_ZAP.swap(0, Ordering::AcqRel),
+        }
     }
 
     /// Consume the poison failpoint.

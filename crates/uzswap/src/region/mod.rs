@@ -543,6 +543,9 @@ pub struct UzswapStats {
     /// Pages discarded in part of a stored chunk ([`Uzswap::discard`]):
     /// their entries made zero pages, the chunk left in the cache.
     pub discarded_stored_pages: u64,
+    /// Pages the kernel zapped from a chunk before it refused the rest (a
+    /// mapping locked behind uzswap's back), put back from the cache.
+    pub zapped_restored: u64,
     pub fault_errors: u64,
     /// Chunks evicted (stored + zapped), and how many of them were clean
     /// drops (no compression).
@@ -598,6 +601,7 @@ struct Counters {
     faults_stale: AtomicU64,
     faults_dropped: AtomicU64,
     discarded_stored_pages: AtomicU64,
+    zapped_restored: AtomicU64,
     fault_errors: AtomicU64,
     evicted_chunks: AtomicU64,
     evicted_clean: AtomicU64,
@@ -1334,6 +1338,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         handler_standbys: sh.locality.standbys(),
         faults_dropped: g(&c.faults_dropped),
         discarded_stored_pages: g(&c.discarded_stored_pages),
+        zapped_restored: g(&c.zapped_restored),
         fault_errors: g(&c.fault_errors),
         evicted_chunks: g(&c.evicted_chunks),
         evicted_probation: g(&c.evicted_probation),
@@ -1358,10 +1363,10 @@ fn stats_of(sh: &Shared) -> UzswapStats {
 /// written from any thread through [`Region::as_ptr`].
 ///
 /// To keep part of it resident, pin it ([`Uzswap::pin_range`] and a touch,
-/// or [`Uzswap::pin`]) before any `mlock(2)` of it: the kernel refuses to
-/// zap a locked mapping, so the evictor gives up such chunks, and one that
-/// a lock cuts in the middle may lose the pages it had zapped before the
-/// refusal. `uzswap run` pins every range a program locks first.
+/// or [`Uzswap::pin`]) rather than only `mlock(2)` it: the kernel refuses
+/// to zap a locked mapping, so each eviction of such a chunk is undone
+/// (the pages a refused zap had already taken put back from the cache),
+/// work spent for nothing. `uzswap run` pins every range a program locks.
 pub struct Region {
     owner: Arc<Owner>,
     inner: Arc<RegionInner>,
