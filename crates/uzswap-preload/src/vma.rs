@@ -80,6 +80,9 @@ const MAX_HINTED: usize = 64;
 /// from 2 TiB, wrapping after 30 TiB plus a request).
 const MI_HINT_BASE: usize = 2 << 40;
 const MI_HINT_END: usize = 32 << 40;
+/// The largest request mimalloc gives a hint (`_mi_os_get_aligned_hint`:
+/// 1 GiB, plus a segment of gap).
+const MI_HINT_MAX_LEN: usize = (1 << 30) + (64 << 20);
 
 /// Most regions whose ranges `in_regions` knows. Regions are reservations
 /// of at least [`RESERVE`] bytes, so this covers terabytes of address space.
@@ -390,12 +393,14 @@ impl Vmas {
         let Some(end) = hint.checked_add(len).filter(|_| hint != 0) else {
             return self.alloc(st, len);
         };
-        // mimalloc's own hints for its aligned segments: first-fit in the
-        // regions, as before (a region per segment would spend them).
+        // mimalloc's own hints for its aligned segments (never over 1 GiB):
+        // first-fit in the regions, as before (a region per segment would
+        // spend them). ZGC's heap views lie in the same window, larger.
         let allocators = MI_HINT_BASE..MI_HINT_END;
+        let mimalloc = allocators.contains(&hint) && len <= MI_HINT_MAX_LEN;
         if !self.all_free(hint, end)
             && !self.overlaps(hint, end)
-            && !allocators.contains(&hint)
+            && !mimalloc
             && self.hinted < MAX_HINTED
         {
             let at = hint - hint % st.uz.chunk_bytes();
