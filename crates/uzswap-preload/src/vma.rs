@@ -419,16 +419,23 @@ impl Vmas {
     /// Give `s..e` (ours) back: its protection pins go, its memory is
     /// discarded, and the addresses are free again.
     fn give_back(&mut self, st: &State, s: usize, e: usize) {
-        // The discard writes zeros into chunks it covers in part: memory
-        // the program protected is made writable first, while still pinned
-        // (no eviction reads it), as it is about to be unmapped anyway.
-        let _ = self.writable(s, e);
+        let _ = self.discard(st, s, e);
+        self.remove_free(s, e);
+        self.insert_free(s, e);
+    }
+
+    /// `s..e` (ours) as a new anonymous mapping has it: zeros, read+write,
+    /// unlocked, its protection and lock pins gone. What the program
+    /// protected is made writable first, while still pinned (no eviction
+    /// reads it), since the discard writes zeros into chunks it covers in
+    /// part; where that fails nothing else is done.
+    fn discard(&mut self, st: &State, s: usize, e: usize) -> Result<(), i32> {
+        self.writable(s, e)?;
         self.unprotect(st, s, e);
         self.set_prot(s, e, None);
         self.unlock(st, s, e);
         let _ = st.uz.discard(s, e - s);
-        self.remove_free(s, e);
-        self.insert_free(s, e);
+        Ok(())
     }
 
     /// Make what the program protected in `s..e` (ours) read+write again,
@@ -623,11 +630,7 @@ impl Vmas {
     fn forget(&mut self, st: &State, s: usize, e: usize) {
         for (a, b, ours) in self.parts(s, e) {
             if ours {
-                let _ = self.writable(a, b);
-                self.unprotect(st, a, b);
-                self.set_prot(a, b, None);
-                self.unlock(st, a, b);
-                let _ = st.uz.discard(a, b - a);
+                let _ = self.discard(st, a, b);
                 st.uz.pin_range(a, b - a);
                 self.remove_free(a, b);
                 self.foreign.insert(a, b);
@@ -694,13 +697,9 @@ pub unsafe extern "C" fn mmap(
                 // writable (still pinned, so no eviction reads it) for the
                 // discard, which writes zeros into chunks it covers in
                 // part, and then given the new protection.
-                if let Err(e) = v.writable(s, e) {
+                if let Err(e) = v.discard(st, s, e) {
                     return failed(e);
                 }
-                v.unprotect(st, s, e);
-                v.set_prot(s, e, None);
-                v.unlock(st, s, e);
-                let _ = st.uz.discard(s, len);
                 v.remove_free(s, e);
                 if none {
                     if let Err(e) = v.protect_as(st, s, e, libc::PROT_NONE) {
