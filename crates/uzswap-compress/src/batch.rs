@@ -49,6 +49,7 @@
 //! runs under it. Context-pool slot mutexes are leaves too, held only to pop
 //! or push a context. The two are never held together.
 
+use crate::thread::Handle as JoinHandle;
 use crate::{CompressCtx, CompressError, Compressor};
 use parking_lot::{Condvar, Mutex};
 use std::any::Any;
@@ -57,7 +58,6 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The largest batch the engine accepts (seed 002: vm.compress-batchsize).

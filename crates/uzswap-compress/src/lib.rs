@@ -15,6 +15,7 @@ pub mod compressor;
 mod deflate;
 mod lz4;
 mod lzo;
+pub mod thread;
 mod zstd;
 
 pub use batch::{BatchEngine, BatchError, EngineConfig, Spread, MAX_BATCH};
@@ -56,13 +57,16 @@ pub mod thread_hook {
     /// must have its threads past that before the program takes its
     /// allocator's lock and faults on its heap while holding it: a handler
     /// still starting waited on that lock, and the fault on the handler.
-    pub fn spawn<F, T>(name: String, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+    ///
+    /// On a stack of its own mapping ([`crate::thread`]), so that a forked
+    /// child can start threads of its own.
+    pub fn spawn<F, T>(name: String, f: F) -> std::io::Result<crate::thread::Handle<T>>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let h = std::thread::Builder::new().name(name).spawn(move || {
+        let h = crate::thread::spawn(&name, move || {
             started();
             let _ = tx.send(());
             f()

@@ -20,6 +20,7 @@
 
 use std::path::PathBuf;
 
+#[derive(Clone)]
 pub struct Config {
     pub budget: u64,
     pub compressor: Option<String>,

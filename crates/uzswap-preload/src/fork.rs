@@ -1,19 +1,44 @@
-//! `fork`: a child must see every byte its parent had. Without
-//! `UFFD_FEATURE_EVENT_FORK` (which unprivileged processes cannot enable) a
-//! child's copy of a region is not registered, and a page evicted at the
-//! fork would read as zeros there: silent corruption. So the parent brings
-//! every evicted page in first (`Uzswap::prepare_fork`), holding eviction
-//! until the fork is done; the child then shares every page copy-on-write
-//! and runs detached (plain memory, no budget) until it execs, when the
-//! new image starts under uzswap again (the environment carries it).
+//! `fork`: a child must see every byte its parent had, and its memory stays
+//! under uzswap.
 //!
-//! The cost is a decompression of everything evicted, once per fork, and
-//! memory over the budget until the evictor takes it back. `vfork` and
-//! `posix_spawn` (which `system` and `popen` use) share the parent's
-//! memory and do not come here: they stay as cheap as without uzswap.
+//! Without `UFFD_FEATURE_EVENT_FORK` (which unprivileged processes cannot
+//! enable) a child's copy of a region is not registered, and a page evicted
+//! at the fork would read as zeros there: silent corruption. So the parent
+//! brings every evicted page in first (`Uzswap::prepare_fork`), holding
+//! eviction until the fork is done; the child then shares every page
+//! copy-on-write.
+//!
+//! The parent's instance is dead in the child (its threads were the
+//! parent's), so the child gives it up (`Uzswap::abandon_in_child`: its
+//! descriptors closed, nothing of it called or dropped again) and takes its
+//! memory over with an instance of its own, under the same budget
+//! (`Uzswap::adopt` for every region; `Vmas::adopt_in_child`). What the
+//! parent left mapped stays and is charged to nobody in the child: it is the
+//! parent's, shared copy-on-write, and compressing it there would add a copy
+//! and free nothing while the parent maps it — a `BGSAVE` child of Redis
+//! reads its whole dataset once and must not evict it. Everything the child
+//! maps or faults in afresh (a PostgreSQL backend's sorts, a worker's
+//! results) is charged and evicted under its budget. Each process has the
+//! whole budget (not a share of one): a process tree of N holds at most N
+//! budgets, plus what the children inherited.
+//!
+//! Where the child's instance cannot be made (no userfaultfd left, no
+//! threads), it runs detached as before: plain memory, no budget, a line on
+//! stderr. `exec` starts the new image under uzswap again either way (the
+//! environment carries it).
+//!
+//! Costs: a decompression of everything evicted, once per fork, and memory
+//! over the budget until the parent's evictor takes it back; in the child,
+//! an instance's start (its threads, a registration per region: about a
+//! millisecond, paid also by a fork that execs at once, as a shell's).
+//! `vfork` and `posix_spawn` (which `system` and `popen` use) share the
+//! parent's memory and do not come here: they stay as cheap as without
+//! uzswap.
 
-use crate::{real, Internal, DETACHED};
+use crate::{real, Internal, State, DETACHED, STATE};
 use std::sync::atomic::Ordering::*;
+use uzswap::region::KernelFaults;
+use uzswap::Uzswap;
 
 /// # Safety
 /// As fork(2).
@@ -25,30 +50,73 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     };
     let g = Internal::enter();
     // Our address-space map stays consistent in the child.
-    let vmas = st.vmas.lock();
+    let mut vmas = st.vmas.lock();
     let guard = match st.uz.prepare_fork() {
         Ok(guard) => guard,
         Err(e) => {
             drop(vmas);
             drop(g);
-            let line = format!("uzswap: fork refused: {e}\n");
-            // SAFETY: our own buffer to stderr.
-            unsafe { libc::write(2, line.as_ptr() as *const _, line.len()) };
+            crate::say(&format!("fork refused: {e}"));
             crate::set_errno(libc::ENOMEM);
             return -1;
         }
     };
     // SAFETY: glibc's fork.
     let pid = unsafe { real::__fork() };
-    if pid == 0 {
-        // The lock and the instance's threads are the parent's.
-        std::mem::forget(guard);
-        DETACHED.store(true, Release);
-        drop(vmas);
-    } else {
+    if pid != 0 {
         drop(guard);
         drop(vmas);
+        drop(g);
+        return pid;
     }
-    drop(g);
-    pid
+    // The lock and the instance's threads are the parent's.
+    std::mem::forget(guard);
+    DETACHED.store(true, Release);
+    let taken = std::mem::take(&mut *vmas);
+    drop(vmas);
+    match take_over(st, taken) {
+        Ok(child) => {
+            STATE.store(child, Release);
+            DETACHED.store(false, Release);
+            // SAFETY: just stored, from a leaked Box.
+            crate::streams::after_fork(unsafe { &*child });
+            crate::report::start_interval();
+            drop(g);
+            crate::register_thread();
+        }
+        Err(e) => crate::say(&format!(
+            "fork: the child runs without uzswap (plain memory, no budget): {e}"
+        )),
+    }
+    0
+}
+
+/// In a child just forked from the process of `parent`: an instance of the
+/// child's own over the memory `vmas` maps (taken out of the parent's
+/// state, which is never used again). On failure everything is leaked:
+/// the parent's handles may not be dropped here.
+fn take_over(parent: &'static State, mut vmas: crate::vma::Vmas) -> Result<*mut State, String> {
+    // SAFETY: just forked, nothing of uzswap's has run here since, and the
+    // parent's instance is never used again (DETACHED, then STATE replaced).
+    unsafe { parent.uz.abandon_in_child() };
+    let uz = match Uzswap::new(parent.cfg.uzswap()) {
+        Ok(uz) => uz,
+        Err(e) => {
+            std::mem::forget(vmas);
+            return Err(e.to_string());
+        }
+    };
+    if let Err(e) = vmas.adopt_in_child(&uz) {
+        std::mem::forget(vmas);
+        std::mem::forget(uz);
+        return Err(e);
+    }
+    Ok(Box::into_raw(Box::new(State {
+        pin_buffers: uz.kernel_faults() == KernelFaults::NotServed,
+        uz,
+        vmas: parking_lot::Mutex::new(vmas),
+        cfg: parent.cfg.clone(),
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+    })))
 }

@@ -67,8 +67,10 @@ pub(crate) struct State {
 
 /// Set once initialisation is complete; never freed.
 static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
-/// In a forked child: the instance's threads are the parent's, so nothing
-/// here may call into it any more; the child's memory is plain memory.
+/// In a forked child until it has an instance of its own (`fork.rs`), and
+/// for good where it could not make one: the instance's threads are the
+/// parent's, so nothing here may call into it any more; the child's memory
+/// is plain memory.
 static DETACHED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {

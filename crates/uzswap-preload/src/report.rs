@@ -69,8 +69,9 @@ fn emit(st: &State, event: &str) {
 }
 
 extern "C" fn at_exit() {
-    // A forked child runs detached and writes nothing: its parent's
-    // figures are the parent's.
+    // A forked child that runs detached writes nothing: its parent's
+    // figures are the parent's. One with an instance of its own writes
+    // that instance's.
     if crate::DETACHED.load(std::sync::atomic::Ordering::Acquire) {
         return;
     }
@@ -95,6 +96,12 @@ extern "C" fn at_exit() {
 pub fn arm() {
     // SAFETY: registers a function with no preconditions.
     unsafe { libc::atexit(at_exit) };
+    start_interval();
+}
+
+/// Start the periodic report, if asked for (at initialisation, and in a
+/// forked child with an instance of its own: threads do not outlive fork).
+pub fn start_interval() {
     let p = crate::STATE.load(std::sync::atomic::Ordering::Acquire);
     if p.is_null() {
         return;
@@ -102,17 +109,14 @@ pub fn arm() {
     // SAFETY: as in `at_exit`.
     let st: &'static State = unsafe { &*p };
     if let Some(secs) = st.cfg.stats_every {
-        let _ = std::thread::Builder::new()
-            .name("uzswap-stats".into())
-            .spawn(move || {
-                crate::uzswap_thread_began();
-                loop {
-                    std::thread::sleep(std::time::Duration::from_secs_f64(secs));
-                    if crate::DETACHED.load(std::sync::atomic::Ordering::Acquire) {
-                        return;
-                    }
-                    emit(st, "interval");
-                }
-            });
+        // A thread of uzswap's: the hook marks it internal.
+        let _ = uzswap::compress::thread_hook::spawn("uzswap-stats".into(), move || loop {
+            std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+            let p = crate::STATE.load(std::sync::atomic::Ordering::Acquire);
+            if crate::DETACHED.load(std::sync::atomic::Ordering::Acquire) || !std::ptr::eq(p, st) {
+                return;
+            }
+            emit(st, "interval");
+        });
     }
 }

@@ -147,10 +147,25 @@ fn errno_enosys<T>(v: T) -> T {
     v
 }
 
+/// A stream's buffer of the program's and its pin.
+type UserBuffer = (usize, (usize, usize), uzswap::region::PinGuard<'static>);
+
 /// Buffers programs gave their streams (`setvbuf`), pinned while the
-/// stream lives: (stream, pin).
-static USER_BUFFERS: Mutex<Vec<(usize, uzswap::region::PinGuard<'static>)>> =
-    Mutex::new(Vec::new());
+/// stream lives: (stream, (buffer, length), pin).
+static USER_BUFFERS: Mutex<Vec<UserBuffer>> = Mutex::new(Vec::new());
+
+/// In a forked child that has taken its memory over with an instance of its
+/// own (`st`): the streams' buffers pinned there, the parent's pins leaked
+/// (they are its instance's). Skipped where another thread of the parent
+/// held the table at the fork.
+pub fn after_fork(st: &'static crate::State) {
+    let Some(mut t) = USER_BUFFERS.try_lock() else {
+        return;
+    };
+    for (_, (buf, len), pin) in t.iter_mut() {
+        std::mem::forget(std::mem::replace(pin, st.uz.pin(*buf, *len, true)));
+    }
+}
 
 /// Stream `fp` now uses `buf..buf+len` (null: its own buffer): pin the
 /// program's, drop any pin of the buffer it had.
@@ -160,14 +175,15 @@ fn set_user_buffer(fp: *mut FILE, buf: *mut c_char, len: usize) {
     } else {
         crate::active().map(|st| {
             let _g = Internal::enter();
-            (fp as usize, st.uz.pin(buf as usize, len, true))
+            let pin = st.uz.pin(buf as usize, len, true);
+            (fp as usize, (buf as usize, len), pin)
         })
     };
     let old: Vec<_> = {
         let mut t = USER_BUFFERS.lock();
         let old = t
             .iter()
-            .position(|(f, _)| *f == fp as usize)
+            .position(|(f, _, _)| *f == fp as usize)
             .map(|i| t.swap_remove(i));
         if let Some(p) = pin {
             t.push(p);
@@ -473,9 +489,9 @@ pub unsafe extern "C" fn setbuffer(fp: *mut FILE, buf: *mut c_char, n: size_t) {
 /// Take stream `fp`'s pinned buffer out of the table before the stream
 /// goes (its address may be reused by another thread's `fopen` at once);
 /// the pin is dropped after the close.
-fn take_user_buffer(fp: *mut FILE) -> Option<(usize, uzswap::region::PinGuard<'static>)> {
+fn take_user_buffer(fp: *mut FILE) -> Option<UserBuffer> {
     let mut t = USER_BUFFERS.lock();
-    let i = t.iter().position(|(f, _)| *f == fp as usize)?;
+    let i = t.iter().position(|(f, _, _)| *f == fp as usize)?;
     Some(t.swap_remove(i))
 }
 

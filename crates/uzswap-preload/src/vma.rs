@@ -381,6 +381,26 @@ impl Vmas {
         self.free.insert(base, end);
     }
 
+    /// In a forked child: every region taken over by `uz`, the child's own
+    /// instance (`Uzswap::adopt`: what the parent left mapped stays, charged
+    /// to nobody), with the parent's handles leaked (they belong to its
+    /// threads), protected ranges pinned again, and locks dropped (fork(2):
+    /// memory locks are not inherited). On failure the handles taken over
+    /// so far are leaked too, and the child runs detached.
+    pub(crate) fn adopt_in_child(&mut self, uz: &uzswap::Uzswap) -> Result<(), String> {
+        for (base, end, r) in self.regions.iter_mut() {
+            let new = uz
+                .adopt(*base, *end - *base)
+                .map_err(|e| format!("taking over {base:#x}: {e}"))?;
+            std::mem::forget(std::mem::replace(r, new));
+        }
+        for (&s, &e) in &self.protected.0 {
+            uz.pin_range(s, e - s);
+        }
+        self.locked = Pins::default();
+        Ok(())
+    }
+
     /// [`Self::alloc`] at `hint`, as mmap(2) takes one: exactly there where
     /// those addresses are free region memory, and in a new region placed
     /// there where they lie outside every region, so the memory stays

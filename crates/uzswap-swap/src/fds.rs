@@ -177,6 +177,23 @@ pub fn is_owned(fd: RawFd) -> bool {
     false
 }
 
+/// In a forked child whose instance is abandoned (its threads were the
+/// parent's): disown and close every descriptor of the library's. Its
+/// `Owned` values are leaked with the instance and never drop, so nothing
+/// closes them twice; the parent's copies are not affected (a userfaultfd
+/// registers ranges of the process that registered them, and the child's
+/// are not among them).
+pub fn close_all_in_child() {
+    for slot in &FD {
+        let fd = slot.load(Acquire);
+        if fd >= 0 && slot.compare_exchange(fd, FREE, AcqRel, Relaxed).is_ok() {
+            // SAFETY: a descriptor the library owned and no longer records;
+            // nothing in this process uses it after the fork.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 /// The library's descriptors in `first..=last`, ascending (for splitting a
 /// `close_range` around them). No allocation: at most `SLOTS` of them.
 pub fn owned_in(first: u32, last: u32) -> ([i32; SLOTS], usize) {

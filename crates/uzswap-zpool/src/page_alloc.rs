@@ -484,7 +484,7 @@ pub(crate) struct PageAlloc {
     /// are small: a huge arena is faulted in whole anyway).
     fill_ahead: bool,
     /// The fill thread, once started; joined on drop.
-    filler: Mutex<Option<std::thread::JoinHandle<()>>>,
+    filler: Mutex<Option<uzswap_compress::thread::Handle<()>>>,
 }
 
 impl std::ops::Deref for PageAlloc {
@@ -536,10 +536,13 @@ impl PageAlloc {
         let core = Arc::clone(&self.core);
         // Without a thread (a thread limit), allocations fault their pages
         // in themselves, as they do before the pool grows this far.
-        *slot = std::thread::Builder::new()
-            .name("uzswap-pool-fill".into())
-            .spawn(move || core.fill_loop())
-            .ok();
+        // One of uzswap's threads (`thread_hook`): its allocations stay out
+        // of the memory uzswap manages, and its stack is its own, so that a
+        // forked child can start a filler of its own (`thread`).
+        *slot = uzswap_compress::thread_hook::spawn("uzswap-pool-fill".into(), move || {
+            core.fill_loop()
+        })
+        .ok();
         self.core
             .trim_ahead
             .store(slot.is_some(), Ordering::Relaxed);

@@ -32,7 +32,7 @@ fn dropping_the_instance_waits_for_a_shrinker_walk() {
     let released = Arc::new(AtomicBool::new(false));
     let (e, rl) = (entered.clone(), released.clone());
     uz.zswap().debug_after_writeback(move |_| {
-        if std::thread::current().name() != Some("uzswap-shrink") {
+        if uzswap::compress::thread::current_name().as_deref() != Some("uzswap-shrink") {
             return;
         }
         e.store(true, SeqCst);

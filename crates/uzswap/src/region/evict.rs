@@ -1205,7 +1205,10 @@ fn protect_ahead(sh: &Shared, r: &RegionInner, victims: &mut [Victim]) {
 /// the call would change nothing of it (see [`protect_ahead`]).
 fn hold(r: &RegionInner, ci: usize, held: &mut Vec<(usize, u32)>) -> bool {
     let w = r.state[ci].load(Acquire);
-    if !chunk::spannable(w) || !chunk::hold(&r.state[ci], w) {
+    // An inherited region's UNTOUCHED chunk may map the parent's pages,
+    // which the call would protect.
+    let inherited = r.inherited && chunk::state(w) == chunk::UNTOUCHED;
+    if inherited || !chunk::spannable(w) || !chunk::hold(&r.state[ci], w) {
         return false;
     }
     held.push((ci, w));

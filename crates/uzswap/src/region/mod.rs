@@ -195,6 +195,7 @@ pub use sigbus::{
 };
 pub use uffd_sys::OpenPath;
 
+use crate::compress::thread::Handle as JoinHandle;
 use crate::swap::{SwapDeviceConfig, SwapError};
 use crate::zswap::{SwapEntry, Zswap, ZswapConfig, ZswapError, ZswapStats};
 use crate::{MAX_ORDER, PAGE_SIZE};
@@ -206,7 +207,6 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 use userfaultfd::{IoctlFlags, RegisterMode, Uffd};
 
@@ -644,9 +644,33 @@ struct RegionInner {
     /// Pin counts of pinned chunks (`pin.rs`); the chunk word's PINNED flag
     /// mirrors "count > 0" and changes only under this lock.
     pins: Mutex<std::collections::HashMap<u32, u32>>,
+    /// Taken over from a parent's instance in a forked child
+    /// ([`Uzswap::adopt`]): an UNTOUCHED chunk may map pages (the parent's,
+    /// shared copy-on-write, charged to nobody here), so a discard zaps it,
+    /// a write-protect call never spans it, and a pin does not wait for it
+    /// to fault.
+    inherited: bool,
 }
 
 impl RegionInner {
+    fn new(id: u32, base: usize, nchunks: usize, chunk: usize, inherited: bool) -> Arc<Self> {
+        Arc::new(RegionInner {
+            id,
+            base,
+            len: nchunks * chunk,
+            // Zero is UNTOUCHED and no shadow; only the words of chunks
+            // used become resident.
+            state: crate::swap::zeroed_records(nchunks),
+            shadow: crate::swap::zeroed_records(nchunks),
+            evicted: crate::swap::zeroed_records(nchunks),
+            density: crate::swap::zeroed_records(nchunks),
+            live: RwLock::new(true),
+            registered: AtomicBool::new(false),
+            pins: Mutex::new(std::collections::HashMap::new()),
+            inherited,
+        })
+    }
+
     fn chunk_addr(&self, ci: usize, chunk: usize) -> usize {
         self.base + ci * chunk
     }
@@ -1055,21 +1079,7 @@ impl Uzswap {
                 libc::munmap(end as *mut _, raw + map_len - end);
             }
         }
-        let nchunks = len / chunk;
-        let inner = Arc::new(RegionInner {
-            id,
-            base,
-            len,
-            // Zero is UNTOUCHED and no shadow; only the words of chunks
-            // used become resident.
-            state: crate::swap::zeroed_records(nchunks),
-            shadow: crate::swap::zeroed_records(nchunks),
-            evicted: crate::swap::zeroed_records(nchunks),
-            density: crate::swap::zeroed_records(nchunks),
-            live: RwLock::new(true),
-            registered: AtomicBool::new(false),
-            pins: Mutex::new(std::collections::HashMap::new()),
-        });
+        let inner = RegionInner::new(id, base, len / chunk, chunk, false);
         let mut mapped = sh.mapped.lock();
         let total = *mapped + len as u64;
         if !sh.cfg.defer_register || total > sh.cfg.budget {
@@ -1099,6 +1109,76 @@ impl Uzswap {
             owner: self.owner.clone(),
             inner,
         })
+    }
+
+    /// A region over `base..base + len`, memory this process inherited from
+    /// its parent's instance at `fork` (an anonymous private mapping of
+    /// whole chunks, not in any region of this instance). Its pages stay as
+    /// they are and are charged to nobody here: the parent's, shared
+    /// copy-on-write, so compressing them in the child would add a copy and
+    /// free nothing while the parent maps them (the kernel's memory cgroup
+    /// leaves them charged to the parent's group likewise). What the child
+    /// faults in afresh is charged and evicted as in any region, a chunk
+    /// with inherited pages included once a fault takes it in; a discard
+    /// drops inherited pages as the kernel would.
+    pub fn adopt(&self, base: usize, len: usize) -> Result<Region, RegionError> {
+        let sh = &self.owner.sh;
+        let chunk = sh.chunk;
+        if len == 0 || !base.is_multiple_of(chunk) || !len.is_multiple_of(chunk) {
+            return Err(RegionError::Config(format!(
+                "adopting {len} bytes at {base:#x}: not whole chunks of {chunk}"
+            )));
+        }
+        if (len / PAGE_SIZE) as u64 >= 1 << SwapEntry::INDEX_BITS {
+            return Err(RegionError::Config(format!(
+                "region of {len} bytes is too large"
+            )));
+        }
+        let overlaps = sh
+            .regions
+            .read()
+            .range(..base + len)
+            .next_back()
+            .is_some_and(|(_, r)| r.base + r.len > base);
+        if overlaps {
+            return Err(RegionError::Config(format!(
+                "adopting {base:#x}: already a region"
+            )));
+        }
+        let id = sh.next_region.fetch_add(1, Relaxed);
+        if id >= 1 << 24 {
+            return Err(RegionError::Config("out of region ids".into()));
+        }
+        let inner = RegionInner::new(id, base, len / chunk, chunk, true);
+        let mut mapped = sh.mapped.lock();
+        // No scan of what is mapped (`Fresh::No` would charge it): the
+        // inherited pages stay charged to nobody.
+        register(sh, &inner, Fresh::Yes)?;
+        *mapped += len as u64;
+        sh.regions.write().insert(base, inner.clone());
+        drop(mapped);
+        Ok(Region {
+            owner: self.owner.clone(),
+            inner,
+        })
+    }
+
+    /// Give up this instance in a forked child: its threads were the
+    /// parent's, so nothing may call into it, wait on it or drop it (the
+    /// caller leaks it and its regions, or takes them over with a new
+    /// instance's [`Uzswap::adopt`]). Its descriptors are closed and, in
+    /// signal mode, its faults no longer routed to it.
+    ///
+    /// # Safety
+    /// Only in a child just forked from the process that made the
+    /// instance, before anything else of uzswap's runs there; the instance
+    /// and every region of it must then never be used or dropped.
+    pub unsafe fn abandon_in_child(&self) {
+        let sh = &self.owner.sh;
+        if sh.signal {
+            sigbus::detach(sh);
+        }
+        uzswap_swap::fds::close_all_in_child();
     }
 
     pub fn stats(&self) -> UzswapStats {

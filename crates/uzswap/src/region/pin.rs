@@ -146,7 +146,10 @@ fn pin_in(sh: &Shared, r: &RegionInner, range: &Range<usize>, touch: bool, write
             // swap-in error would) and go on, rather than try for ever.
             // Likewise where the install keeps failing (a copy refused
             // each time): a few tries, then the touch.
-            let mut last = false;
+            // An inherited region's UNTOUCHED chunk may map the pages
+            // already (the parent's): one touch brings in what is missing,
+            // and what it maps then stays (pinned), whatever the word says.
+            let mut last = r.inherited && chunk::state(w) == UNTOUCHED;
             if write && chunk::state(w) == PARTIAL {
                 // Every group mapped (KEPT, or completed group by group):
                 // nothing to bring in, and a write to each page lifts its
@@ -374,7 +377,8 @@ fn discard_in(sh: &Shared, r: &RegionInner, range: Range<usize>) {
         let pages = (s - base) / PAGE_SIZE..(e - base) / PAGE_SIZE;
         if s == base && e == base + sh.chunk {
             discard_chunk(sh, r, ci);
-        } else if !discard_stored_pages(sh, r, ci, pages)
+        } else if !discard_stored_pages(sh, r, ci, pages.clone())
+            && !discard_inherited_pages(sh, r, ci, s..e)
             && chunk::state(r.state[ci].load(Acquire)) != UNTOUCHED
         {
             // SAFETY: bytes of a live region mapping; the writes fault the
@@ -410,6 +414,32 @@ fn discard_stored_pages(sh: &Shared, r: &RegionInner, ci: usize, pages: Range<us
     done
 }
 
+/// Discard `range` (part of chunk `ci`) where the chunk is UNTOUCHED in an
+/// inherited region: drop the pages the parent left there, as the kernel
+/// would. Returns false where that is not the chunk's case.
+fn discard_inherited_pages(sh: &Shared, r: &RegionInner, ci: usize, range: Range<usize>) -> bool {
+    if !r.inherited {
+        return false;
+    }
+    let live = r.live.read();
+    if !*live || chunk::transition(&r.state[ci], UNTOUCHED, BUSY, 0, 0).is_err() {
+        return false;
+    }
+    // SAFETY: pages of a live region's chunk that we own (BUSY).
+    unsafe {
+        libc::madvise(
+            range.start as *mut _,
+            range.end - range.start,
+            libc::MADV_DONTNEED,
+        )
+    };
+    if chunk::release(&r.state[ci], UNTOUCHED, 0, 0) {
+        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+    }
+    drop(live);
+    true
+}
+
 fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
     let s = &r.state[ci];
     let (live, prev) = loop {
@@ -419,7 +449,8 @@ fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
         }
         let w = s.load(Acquire);
         match chunk::state(w) {
-            UNTOUCHED => return,
+            // Maps no page, unless the parent left some (`inherited`).
+            UNTOUCHED if !r.inherited => return,
             BUSY | EVICTING => {
                 drop(live);
                 chunk::wait_released(s);
@@ -433,7 +464,7 @@ fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
     };
     let base = r.chunk_addr(ci, sh.chunk);
     let charged = chunk::charge(prev, sh.chunk);
-    if charged > 0 {
+    if charged > 0 || r.inherited {
         // SAFETY: a chunk of a live region that we own (BUSY).
         unsafe { libc::madvise(base as *mut _, sh.chunk, libc::MADV_DONTNEED) };
         sh.resident.fetch_sub(charged, Relaxed);

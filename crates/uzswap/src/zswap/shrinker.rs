@@ -47,12 +47,12 @@ use super::stats::Counters;
 pub use super::writeback::ShrinkStop;
 use super::writeback::{WalkMode, WalkResult};
 use super::{Zswap, ZswapError};
+use crate::compress::thread::Handle as JoinHandle;
 use crate::PAGE_SIZE;
 use parking_lot::{Condvar, Mutex};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
 use uzswap_swap::fds::Owned;
 
@@ -360,11 +360,10 @@ impl Zswap {
             unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
             // The watcher polls its own descriptor of the same eventfd.
         }
-        let me = std::thread::current().id();
         for t in c.threads.lock().drain(..) {
             // The last Arc may be dropped by the shrinker thread itself,
             // mid-run: it exits on its own once this returns.
-            if t.thread().id() != me {
+            if !t.is_current() {
                 let _ = t.join();
             }
         }
