@@ -99,7 +99,16 @@ fn take_over(parent: &'static State, mut vmas: crate::vma::Vmas) -> Result<*mut 
     // SAFETY: just forked, nothing of uzswap's has run here since, and the
     // parent's instance is never used again (DETACHED, then STATE replaced).
     unsafe { parent.uz.abandon_in_child() };
-    let uz = match Uzswap::new(parent.cfg.uzswap()) {
+    // Its threads are not waited for where the program's allocator is
+    // ours (its starting threads allocate from glibc): a child that execs
+    // at once, as a shell's, pays little more than their creation.
+    let new = || Uzswap::new(parent.cfg.uzswap());
+    let made = if crate::alloc::program_brings_malloc() {
+        new()
+    } else {
+        uzswap::compress::thread_hook::without_waiting(new)
+    };
+    let uz = match made {
         Ok(uz) => uz,
         Err(e) => {
             std::mem::forget(vmas);

@@ -390,8 +390,8 @@ impl Vmas {
     pub(crate) fn adopt_in_child(&mut self, uz: &uzswap::Uzswap) -> Result<(), String> {
         for (base, end, r) in self.regions.iter_mut() {
             let new = uz
-                .adopt(*base, *end - *base)
-                .map_err(|e| format!("taking over {base:#x}: {e}"))?;
+                .adopt(r)
+                .map_err(|e| format!("taking over {base:#x}..{end:#x}: {e}"))?;
             std::mem::forget(std::mem::replace(r, new));
         }
         for (&s, &e) in &self.protected.0 {

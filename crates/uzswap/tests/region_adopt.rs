@@ -1,4 +1,4 @@
-//! `Uzswap::adopt`: a region over memory the process already maps (what a
+//! `Uzswap::adopt_mapping` (`adopt`'s core): a region over memory the process already maps (what a
 //! forked child inherited from its parent). The pages there keep their
 //! bytes and are charged to nobody; a discard drops them (whole chunks and
 //! a page inside one) so they read zeros; a pin over them returns; pages
@@ -52,8 +52,11 @@ fn adopted_memory_keeps_its_bytes_uncharged_and_the_rest_is_under_the_budget() {
     for i in (0..holey).filter(|&i| had(i)) {
         Pattern::Index.fill(i as u64, 1, pg(i));
     }
-    let r = uz.adopt(base, len).unwrap();
-    assert!(uz.adopt(base + CHUNK, CHUNK).is_err(), "adopted twice");
+    let r = uz.adopt_mapping(base, len).unwrap();
+    assert!(
+        uz.adopt_mapping(base + CHUNK, CHUNK).is_err(),
+        "adopted twice"
+    );
     assert_eq!(uz.stats().resident_bytes, 0, "inherited pages charged");
     for i in (0..holey).filter(|&i| had(i)) {
         assert!(Pattern::Index.verify(i as u64, 1, pg(i)), "page {i}");

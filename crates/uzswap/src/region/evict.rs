@@ -1207,7 +1207,7 @@ fn hold(r: &RegionInner, ci: usize, held: &mut Vec<(usize, u32)>) -> bool {
     let w = r.state[ci].load(Acquire);
     // An inherited region's UNTOUCHED chunk may map the parent's pages,
     // which the call would protect.
-    let inherited = r.inherited && chunk::state(w) == chunk::UNTOUCHED;
+    let inherited = chunk::state(w) == chunk::UNTOUCHED && r.may_map_inherited(ci);
     if inherited || !chunk::spannable(w) || !chunk::hold(&r.state[ci], w) {
         return false;
     }

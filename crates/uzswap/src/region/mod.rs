@@ -645,15 +645,22 @@ struct RegionInner {
     /// mirrors "count > 0" and changes only under this lock.
     pins: Mutex<std::collections::HashMap<u32, u32>>,
     /// Taken over from a parent's instance in a forked child
-    /// ([`Uzswap::adopt`]): an UNTOUCHED chunk may map pages (the parent's,
-    /// shared copy-on-write, charged to nobody here), so a discard zaps it,
-    /// a write-protect call never spans it, and a pin does not wait for it
-    /// to fault.
-    inherited: bool,
+    /// ([`Uzswap::adopt`]): one bit per chunk that may map pages the parent
+    /// left (shared copy-on-write, charged to nobody here), the chunks the
+    /// parent had touched. Such a chunk, while UNTOUCHED, is zapped by a
+    /// discard, never spanned by a write-protect call, and not waited on
+    /// by a pin; its bit is cleared once a discard has zapped it whole.
+    inherited: Option<Box<[AtomicU64]>>,
 }
 
 impl RegionInner {
-    fn new(id: u32, base: usize, nchunks: usize, chunk: usize, inherited: bool) -> Arc<Self> {
+    fn new(
+        id: u32,
+        base: usize,
+        nchunks: usize,
+        chunk: usize,
+        inherited: Option<Box<[AtomicU64]>>,
+    ) -> Arc<Self> {
         Arc::new(RegionInner {
             id,
             base,
@@ -669,6 +676,20 @@ impl RegionInner {
             pins: Mutex::new(std::collections::HashMap::new()),
             inherited,
         })
+    }
+
+    /// Whether chunk `ci` may map pages a parent left (`inherited`).
+    fn may_map_inherited(&self, ci: usize) -> bool {
+        self.inherited
+            .as_ref()
+            .is_some_and(|b| b[ci / 64].load(Relaxed) & (1 << (ci % 64)) != 0)
+    }
+
+    /// Chunk `ci` maps no page the parent left any more.
+    fn clear_inherited(&self, ci: usize) {
+        if let Some(b) = &self.inherited {
+            b[ci / 64].fetch_and(!(1 << (ci % 64)), Relaxed);
+        }
     }
 
     fn chunk_addr(&self, ci: usize, chunk: usize) -> usize {
@@ -847,7 +868,12 @@ pub struct Uzswap {
 }
 
 impl Uzswap {
-    pub fn new(mut cfg: Config) -> Result<Uzswap, RegionError> {
+    pub fn new(cfg: Config) -> Result<Uzswap, RegionError> {
+        // Its threads start side by side, waited for once, at the end.
+        crate::compress::thread_hook::starting_together(|| Self::start(cfg))
+    }
+
+    fn start(mut cfg: Config) -> Result<Uzswap, RegionError> {
         if cfg.folio_order > MAX_ORDER {
             return Err(RegionError::Config(format!(
                 "folio order {} out of range 0..={MAX_ORDER}",
@@ -1079,7 +1105,7 @@ impl Uzswap {
                 libc::munmap(end as *mut _, raw + map_len - end);
             }
         }
-        let inner = RegionInner::new(id, base, len / chunk, chunk, false);
+        let inner = RegionInner::new(id, base, len / chunk, chunk, None);
         let mut mapped = sh.mapped.lock();
         let total = *mapped + len as u64;
         if !sh.cfg.defer_register || total > sh.cfg.budget {
@@ -1111,9 +1137,10 @@ impl Uzswap {
         })
     }
 
-    /// A region over `base..base + len`, memory this process inherited from
-    /// its parent's instance at `fork` (an anonymous private mapping of
-    /// whole chunks, not in any region of this instance). Its pages stay as
+    /// A region over the memory of `parent`, a region of the instance this
+    /// process inherited at `fork` from its parent (the parent's instance,
+    /// given up here with [`Uzswap::abandon_in_child`]; `parent` must then
+    /// never be dropped: leak it). Its pages stay as
     /// they are and are charged to nobody here: the parent's, shared
     /// copy-on-write, so compressing them in the child would add a copy and
     /// free nothing while the parent maps them (the kernel's memory cgroup
@@ -1121,7 +1148,43 @@ impl Uzswap {
     /// faults in afresh is charged and evicted as in any region, a chunk
     /// with inherited pages included once a fault takes it in; a discard
     /// drops inherited pages as the kernel would.
-    pub fn adopt(&self, base: usize, len: usize) -> Result<Region, RegionError> {
+    ///
+    /// Which chunks may hold such pages is read from `parent`'s chunk
+    /// states (those it had touched), so that a discard of memory the
+    /// parent never touched costs no system call, as in any region.
+    pub fn adopt(&self, parent: &Region) -> Result<Region, RegionError> {
+        let chunk = self.owner.sh.chunk;
+        let (base, len) = (parent.inner.base, parent.inner.len);
+        // The parent's chunks are of `chunk` bytes (the same configuration)
+        // or not: a chunk here may map pages where a parent chunk over any
+        // of it was touched.
+        let pc = parent.owner.sh.chunk;
+        let p = &parent.inner;
+        let touched = |pci: usize| {
+            chunk::state(p.state[pci].load(Acquire)) != chunk::UNTOUCHED || p.may_map_inherited(pci)
+        };
+        if pc == chunk {
+            // The usual case, and a fork's cost: no division per chunk.
+            return self.adopt_with(base, len, touched);
+        }
+        self.adopt_with(base, len, |ci| {
+            (ci * chunk / pc..((ci + 1) * chunk).div_ceil(pc).min(p.state.len())).any(touched)
+        })
+    }
+
+    /// [`Uzswap::adopt`] of any anonymous private mapping of whole chunks
+    /// at `base..base + len`, not in a region of this instance: every
+    /// chunk may map pages, which stay, charged to nobody.
+    pub fn adopt_mapping(&self, base: usize, len: usize) -> Result<Region, RegionError> {
+        self.adopt_with(base, len, |_| true)
+    }
+
+    fn adopt_with(
+        &self,
+        base: usize,
+        len: usize,
+        may_map: impl Fn(usize) -> bool,
+    ) -> Result<Region, RegionError> {
         let sh = &self.owner.sh;
         let chunk = sh.chunk;
         if len == 0 || !base.is_multiple_of(chunk) || !len.is_multiple_of(chunk) {
@@ -1149,7 +1212,15 @@ impl Uzswap {
         if id >= 1 << 24 {
             return Err(RegionError::Config("out of region ids".into()));
         }
-        let inner = RegionInner::new(id, base, len / chunk, chunk, true);
+        let bits: Box<[AtomicU64]> = (0..(len / chunk).div_ceil(64))
+            .map(|w| {
+                let v = (w * 64..((w + 1) * 64).min(len / chunk))
+                    .filter(|&ci| may_map(ci))
+                    .fold(0u64, |v, ci| v | 1 << (ci % 64));
+                AtomicU64::new(v)
+            })
+            .collect();
+        let inner = RegionInner::new(id, base, len / chunk, chunk, Some(bits));
         let mut mapped = sh.mapped.lock();
         // No scan of what is mapped (`Fresh::No` would charge it): the
         // inherited pages stay charged to nobody.
