@@ -80,6 +80,13 @@ pub struct Args {
     /// Programs this one execs run without uzswap.
     #[arg(long)]
     pub no_inherit: bool,
+    /// A forked child takes its memory over with an instance of its own
+    /// (under the same budget) instead of running detached until it
+    /// execs. Experimental: a child can hang at start where a uzswap
+    /// thread of the parent held parking_lot's lock table at the fork
+    /// (docs/ARCHITECTURE.md, "fork").
+    #[arg(long)]
+    pub fork_instance: bool,
     /// Count the process's own memory outside regions and the pool
     /// (uzswap's heap and buffers, memory the program keeps outside
     /// regions) against the budget too, as a memory cgroup counts
@@ -331,6 +338,7 @@ pub fn run(a: Args) -> Result<()> {
             a.writeback_plain.then(|| "1".into()),
         ),
         ("UZSWAP_NO_INHERIT", a.no_inherit.then(|| "1".into())),
+        ("UZSWAP_FORK_INSTANCE", a.fork_instance.then(|| "1".into())),
         ("UZSWAP_OWN_MEMORY", a.count_own.then(|| "1".into())),
         ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),
         (

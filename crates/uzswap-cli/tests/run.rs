@@ -634,7 +634,8 @@ fn under_budget_everywhere(cmd: &[&str], mib: u64, want: &str, evicted: u64) {
     }
 }
 
-/// A forked child's memory is under uzswap (`fork_child.c`): it keeps
+/// With `--fork-instance`, a forked child's memory is under uzswap
+/// (`fork_child.c`): it keeps
 /// every byte it inherited, reads zeros where it drops inherited memory,
 /// and the 128 MiB it allocates itself stay under its budget (its RssAnon,
 /// and its own figures at exit), read back intact, in a grandchild too. Before, a child
@@ -645,7 +646,7 @@ fn a_forked_childs_own_memory_is_under_its_budget() {
         return;
     };
     for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "32M", "--json"];
+        let mut args = vec!["--budget", "32M", "--json", "--fork-instance"];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--", bin.as_str(), "128"]);
         let (out, s) = output_and_summary(&run(pre, &args), &format!("fork_child {extra:?}"));

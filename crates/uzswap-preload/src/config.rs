@@ -14,6 +14,7 @@
 //! | `UZSWAP_STATS` | file the figures are appended to at exit (`-`: stderr) |
 //! | `UZSWAP_STATS_EVERY` | also every this many seconds |
 //! | `UZSWAP_NO_INHERIT` | programs this one execs run without uzswap |
+//! | `UZSWAP_FORK_INSTANCE` | `1`: a forked child takes its memory over with an instance of its own (`fork.rs`; experimental) |
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
 //! | `UZSWAP_HANDLER` | `auto` (default: `block` where /dev/userfaultfd opens, else `signal`), `block`, `spin[:µs]` or `signal`: how faults are resolved |
 //! | `UZSWAP_BIND_HANDLERS` | `0`: leave handler threads unbound (`Config::bind_handlers`) |
@@ -36,6 +37,8 @@ pub struct Config {
     pub stats: Option<String>,
     pub stats_every: Option<f64>,
     pub no_inherit: bool,
+    /// A forked child gets an instance of its own (`UZSWAP_FORK_INSTANCE`).
+    pub fork_instance: bool,
     pub user_mode: bool,
     pub handler: uzswap::HandlerMode,
     /// The budget counts the process's own memory too (`UZSWAP_OWN_MEMORY`).
@@ -120,6 +123,7 @@ impl Config {
             stats: var("UZSWAP_STATS"),
             stats_every,
             no_inherit: var("UZSWAP_NO_INHERIT").is_some_and(|v| v != "0"),
+            fork_instance: var("UZSWAP_FORK_INSTANCE").is_some_and(|v| v != "0"),
             user_mode: var("UZSWAP_USER_MODE").is_some_and(|v| v != "0"),
             handler: handler()?,
             count_own_memory: var("UZSWAP_OWN_MEMORY").is_some_and(|v| v != "0"),

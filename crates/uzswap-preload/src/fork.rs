@@ -23,8 +23,18 @@
 //! budgets, plus what the children inherited.
 //!
 //! Where the child's instance cannot be made (no userfaultfd left, no
-//! threads), it runs detached as before: plain memory, no budget, a line on
-//! stderr. `exec` starts the new image under uzswap again either way (the
+//! threads), it runs detached: plain memory, no budget, a line on stderr.
+//!
+//! The take-over is opt-in (`--fork-instance`); by default a child runs
+//! detached until it execs. `parking_lot` keeps one process-wide table of
+//! parked threads whose bucket locks no `atfork` handler holds: where one
+//! of the parent's threads of uzswap's was inside it at the instant of the
+//! fork, the child's copy stays locked, and every new thread's first park
+//! (`grow_hashtable`) waits for ever — one child hung so in about fifty
+//! runs of a `multiprocessing` pool. A detached child never parks on
+//! uzswap's locks. The fix is to quiesce uzswap's threads around a fork
+//! (each at a point outside `parking_lot`, acknowledged before the fork),
+//! not made yet. `exec` starts the new image under uzswap again either way (the
 //! environment carries it).
 //!
 //! Costs: a decompression of everything evicted, once per fork, and memory
@@ -72,6 +82,11 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     // The lock and the instance's threads are the parent's.
     std::mem::forget(guard);
     DETACHED.store(true, Release);
+    if !st.cfg.fork_instance {
+        drop(vmas);
+        drop(g);
+        return 0;
+    }
     let taken = std::mem::take(&mut *vmas);
     drop(vmas);
     match take_over(st, taken) {

@@ -54,6 +54,10 @@ int main(int argc, char **argv) {
     uint64_t *a = mmap(0, inh, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (a == MAP_FAILED) { perror("mmap"); return 1; }
     fill(a, inh, 1);
+    /* Let the evictor settle: a fork while one of uzswap's threads is
+     * inside parking_lot's table can hang the child (--fork-instance's
+     * known hazard, docs/ARCHITECTURE.md). */
+    usleep(300000);
     pid_t pid = fork();
     if (pid < 0) { perror("fork"); return 1; }
     if (pid == 0) {
@@ -87,6 +91,7 @@ int main(int argc, char **argv) {
             long r = rss_anon_kb();
             if (r > peak) peak = r;
         }
+        usleep(300000);
         pid_t g = fork();
         if (g == 0) {
             int ok = check(blk[n / 2], MB, 100 + n / 2) && check(a, 8 * MB, 1);
