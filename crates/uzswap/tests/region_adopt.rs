@@ -111,3 +111,108 @@ fn adopted_memory_keeps_its_bytes_uncharged_and_the_rest_is_under_the_budget() {
         }
     }
 }
+
+/// Threads working on their own blocks of an adopted region at once, under
+/// a budget that keeps the evictor busy: each drops its block (whole, and
+/// a page range inside it, one `MADV_DONTNEED` run over inherited chunks),
+/// checks it reads zeros there and the rest unchanged, writes it afresh and
+/// checks it back. Inherited, zero-filled, evicted and discarded chunks
+/// meet the discard's runs, faults and the evictor side by side.
+#[test]
+fn discards_faults_and_eviction_side_by_side_keep_every_byte() {
+    let Some(uz) = instance(Config {
+        budget: 4 << 20,
+        folio_order: 4,
+        defer_register: false,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let (threads, block) = (4usize, 8 * CHUNK);
+    let len = threads * 4 * block;
+    // SAFETY: as in the test above.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + CHUNK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(raw, libc::MAP_FAILED);
+    let base = (raw as usize).next_multiple_of(CHUNK);
+    let pages = len / PAGE_SIZE;
+    let pg = |i: usize| {
+        // SAFETY: page `i` of the mapping, live for the whole test.
+        unsafe { std::slice::from_raw_parts_mut((base + i * PAGE_SIZE) as *mut u8, PAGE_SIZE) }
+    };
+    // Every other page "inherited": chunks with holes in them.
+    for i in (0..pages).step_by(2) {
+        Pattern::Index.fill(i as u64, 1, pg(i));
+    }
+    let r = uz.adopt_mapping(base, len).unwrap();
+    let per_block = block / PAGE_SIZE;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let uz = &uz;
+            s.spawn(move || {
+                // Thread t owns blocks t, t + threads, ...
+                let mine: Vec<usize> = (t..len / block).step_by(threads).collect();
+                // What each of its pages holds: None = zeros, Some(seed).
+                let mut want: Vec<Option<u64>> =
+                    (0..pages).map(|i| (i % 2 == 0).then_some(1)).collect();
+                let check = |want: &[Option<u64>], b: usize| {
+                    for i in b * per_block..(b + 1) * per_block {
+                        let ok = match want[i] {
+                            None => pg(i).iter().all(|&x| x == 0),
+                            Some(seed) => Pattern::Index.verify(i as u64, seed, pg(i)),
+                        };
+                        assert!(ok, "thread {t}: page {i} (want {:?})", want[i]);
+                    }
+                };
+                for round in 0..6u64 {
+                    for &b in &mine {
+                        let first = b * per_block;
+                        // Drop the whole block, or pages 3..3+per_block/2.
+                        let (s0, n) = if round % 2 == 0 {
+                            (first, per_block)
+                        } else {
+                            (first + 3, per_block / 2)
+                        };
+                        uz.discard(base + s0 * PAGE_SIZE, n * PAGE_SIZE).unwrap();
+                        for w in &mut want[s0..s0 + n] {
+                            *w = None;
+                        }
+                        check(&want, b);
+                        // Write a third of it afresh.
+                        for i in (first..first + per_block).step_by(3) {
+                            let seed = 10 + round;
+                            Pattern::Index.fill(i as u64, seed, pg(i));
+                            want[i] = Some(seed);
+                        }
+                        check(&want, b);
+                    }
+                }
+                for &b in &mine {
+                    check(&want, b);
+                }
+            });
+        }
+    });
+    let st = uz.stats();
+    assert_eq!(st.fault_errors, 0);
+    assert!(st.evicted_chunks > 0, "nothing evicted: {st:?}");
+    drop(r);
+    // SAFETY: the parts of our mapping outside the adopted range.
+    unsafe {
+        if base > raw as usize {
+            libc::munmap(raw, base - raw as usize);
+        }
+        let end = raw as usize + len + CHUNK;
+        if end > base + len {
+            libc::munmap((base + len) as *mut _, end - base - len);
+        }
+    }
+}

@@ -18,7 +18,8 @@
 //! # Per-chunk state machine (`chunk.rs`; one `AtomicU32` per chunk)
 //!
 //! ```text
-//!   UNTOUCHED --missing fault: zero-fill (BUSY)--------------> RESIDENT
+//!   UNTOUCHED --missing fault: zero-fill (BUSY; in an adopted
+//!               region around the parent's pages, EEXIST)------> RESIDENT
 //!   UNTOUCHED --late registration finds every page there------> RESIDENT
 //!   STORED    --missing write fault: load exclusive (BUSY)---> RESIDENT
 //!   STORED    --missing read fault, keep_copy: load exclusive,
@@ -63,6 +64,10 @@
 //!               unprotect, or stale): unprotect (BUSY)--------> RESIDENT
 //!   STORED    --discard of part of it: those pages' entries
 //!               made zero pages (BUSY)-------------------------> STORED
+//!   UNTOUCHED in an adopted region, the parent's chunk touched
+//!             (it may map the parent's pages: `Uzswap::adopt`)
+//!             --discard of it or part of it: zap those bytes
+//!               (BUSY; a run of such chunks in one call)------> UNTOUCHED
 //!   RESIDENT  --evict: write-protect, store, zap (EVICTING)--> STORED
 //!   CLEAN     --evict: store, zap (EVICTING)------------------> STORED
 //!   PARTIAL   --evict: write-protect the mapped groups if DIRTY,
@@ -75,7 +80,8 @@
 //!               mapped pages' copies---------------------------> PARTIAL
 //!   EVICTING  --a partial victim not yet evicted, with a read
 //!               of its other pages waiting: handed back, REF---> PARTIAL
-//!   UNTOUCHED, STORED, CLEAN, PARTIAL without DIRTY, not PINNED
+//!   UNTOUCHED (unless it may map a parent's pages), STORED, CLEAN,
+//!   PARTIAL without DIRTY, not PINNED
 //!             --spanned by a write-protect call between two
 //!               victims: held (BUSY) and given back----------> unchanged
 //! ```

@@ -46,7 +46,7 @@ use super::{evict, fault, Advice, RegionError, RegionInner, Shared, Uzswap};
 use crate::PAGE_SIZE;
 use serde::Serialize;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU8, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::*};
 use std::sync::Arc;
 
 /// Whether a system call that touches an evicted page of a region works.
@@ -376,15 +376,13 @@ fn discard_in(sh: &Shared, r: &RegionInner, range: Range<usize>) {
         let base = r.chunk_addr(ci, sh.chunk);
         let (s, e) = (base.max(range.start), (base + sh.chunk).min(range.end));
         let pages = (s - base) / PAGE_SIZE..(e - base) / PAGE_SIZE;
-        let whole = s == base && e == base + sh.chunk;
-        if whole && run.take(r, ci) {
+        if run.take(r, ci, s..e) {
             continue;
         }
         run.flush(sh, r);
-        if whole {
+        if s == base && e == base + sh.chunk {
             discard_chunk(sh, r, ci);
-        } else if !discard_stored_pages(sh, r, ci, pages.clone())
-            && !discard_inherited_pages(sh, r, ci, s..e)
+        } else if !discard_stored_pages(sh, r, ci, pages)
             && chunk::state(r.state[ci].load(Acquire)) != UNTOUCHED
         {
             // SAFETY: bytes of a live region mapping; the writes fault the
@@ -395,59 +393,77 @@ fn discard_in(sh: &Shared, r: &RegionInner, range: Range<usize>) {
     run.flush(sh, r);
 }
 
-/// Whole UNTOUCHED chunks of an inherited region in a row, held BUSY to be
-/// dropped by one `MADV_DONTNEED`: a discard of a large range there (a
-/// program's `munmap` of an arena it inherited, a shell's exit) zapped it
-/// chunk by chunk, a system call per 64 KiB, most of them mapping nothing
-/// (512 calls for 32 MiB: milliseconds on every fork of a shell).
+/// UNTOUCHED chunks of an inherited region in a row that may map pages the
+/// parent left, held BUSY, and the bytes of them being discarded (whole
+/// chunks, but for the range's first and last), dropped by one
+/// `MADV_DONTNEED`: a discard of a large range there (a program's `munmap`
+/// of an arena it inherited, a shell's exit) zapped it chunk by chunk, a
+/// system call per 64 KiB (512 for 32 MiB: milliseconds on every fork of a
+/// shell).
 #[derive(Default)]
 struct InheritedRun<'a> {
-    /// Chunk indices `start..end`, held, and the region's `live` read
-    /// while they are (no other lock is taken meanwhile: the run is
-    /// flushed before anything else of the discard).
-    chunks: Option<(usize, usize, parking_lot::RwLockReadGuard<'a, bool>)>,
+    /// Chunk indices `first..end`, held, the bytes to drop, and the
+    /// region's `live` read while they are held (no other lock is taken
+    /// meanwhile: the run is flushed before anything else of the discard).
+    held: Option<(
+        Range<usize>,
+        Range<usize>,
+        parking_lot::RwLockReadGuard<'a, bool>,
+    )>,
 }
 
 impl<'a> InheritedRun<'a> {
-    /// Hold chunk `ci` (the next after the run, or a new run's first) if
-    /// it is an UNTOUCHED chunk of an inherited region.
-    fn take(&mut self, r: &'a RegionInner, ci: usize) -> bool {
+    /// Hold chunk `ci` for dropping `bytes` of it (the next chunk after the
+    /// run, or a new run's first) if it is UNTOUCHED and may map pages the
+    /// parent left.
+    fn take(&mut self, r: &'a RegionInner, ci: usize, bytes: Range<usize>) -> bool {
         if !r.may_map_inherited(ci) {
             return false;
         }
-        match &mut self.chunks {
-            Some((_, e, _)) if *e == ci => {
-                if chunk::transition(&r.state[ci], UNTOUCHED, BUSY, 0, 0).is_err() {
+        let own = |c: &AtomicU32| chunk::transition(c, UNTOUCHED, BUSY, 0, 0).is_ok();
+        match &mut self.held {
+            Some((cis, b, _)) if cis.end == ci && b.end == bytes.start => {
+                if !own(&r.state[ci]) {
                     return false;
                 }
-                *e = ci + 1;
+                cis.end = ci + 1;
+                b.end = bytes.end;
                 true
             }
             Some(_) => false,
             None => {
                 let live = r.live.read();
-                if !*live || chunk::transition(&r.state[ci], UNTOUCHED, BUSY, 0, 0).is_err() {
+                if !*live || !own(&r.state[ci]) {
                     return false;
                 }
-                self.chunks = Some((ci, ci + 1, live));
+                self.held = Some((ci..ci + 1, bytes, live));
                 true
             }
         }
     }
 
     fn flush(&mut self, sh: &Shared, r: &RegionInner) {
-        let Some((a, b, live)) = self.chunks.take() else {
+        let Some((cis, bytes, live)) = self.held.take() else {
             return;
         };
-        let base = r.chunk_addr(a, sh.chunk);
-        let len = (b - a) * sh.chunk;
-        // SAFETY: whole chunks of the region that we hold (BUSY).
-        unsafe { libc::madvise(base as *mut _, len, libc::MADV_DONTNEED) };
-        for ci in a..b {
-            r.clear_inherited(ci);
+        // SAFETY: bytes of chunks of the region that we hold (BUSY).
+        unsafe {
+            libc::madvise(
+                bytes.start as *mut _,
+                bytes.end - bytes.start,
+                libc::MADV_DONTNEED,
+            )
+        };
+        for ci in cis.clone() {
+            let base = r.chunk_addr(ci, sh.chunk);
+            // Zapped whole: no page the parent left is mapped any more.
+            if bytes.start <= base && base + sh.chunk <= bytes.end {
+                r.clear_inherited(ci);
+            }
             chunk::release(&r.state[ci], UNTOUCHED, 0, 0);
         }
-        sh.wake(base, len);
+        let base = r.chunk_addr(cis.start, sh.chunk);
+        sh.wake(base, cis.len() * sh.chunk);
         drop(live);
     }
 }
@@ -476,32 +492,6 @@ fn discard_stored_pages(sh: &Shared, r: &RegionInner, ci: usize, pages: Range<us
     }
     drop(live);
     done
-}
-
-/// Discard `range` (part of chunk `ci`) where the chunk is UNTOUCHED in an
-/// inherited region: drop the pages the parent left there, as the kernel
-/// would. Returns false where that is not the chunk's case.
-fn discard_inherited_pages(sh: &Shared, r: &RegionInner, ci: usize, range: Range<usize>) -> bool {
-    if !r.may_map_inherited(ci) {
-        return false;
-    }
-    let live = r.live.read();
-    if !*live || chunk::transition(&r.state[ci], UNTOUCHED, BUSY, 0, 0).is_err() {
-        return false;
-    }
-    // SAFETY: pages of a live region's chunk that we own (BUSY).
-    unsafe {
-        libc::madvise(
-            range.start as *mut _,
-            range.end - range.start,
-            libc::MADV_DONTNEED,
-        )
-    };
-    if chunk::release(&r.state[ci], UNTOUCHED, 0, 0) {
-        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
-    }
-    drop(live);
-    true
 }
 
 fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
