@@ -164,12 +164,13 @@ fn discards_faults_and_eviction_side_by_side_keep_every_byte() {
                 let mut want: Vec<Option<u64>> =
                     (0..pages).map(|i| (i % 2 == 0).then_some(1)).collect();
                 let check = |want: &[Option<u64>], b: usize| {
-                    for i in b * per_block..(b + 1) * per_block {
-                        let ok = match want[i] {
+                    let pages = b * per_block..(b + 1) * per_block;
+                    for (i, w) in pages.clone().zip(&want[pages]) {
+                        let ok = match *w {
                             None => pg(i).iter().all(|&x| x == 0),
                             Some(seed) => Pattern::Index.verify(i as u64, seed, pg(i)),
                         };
-                        assert!(ok, "thread {t}: page {i} (want {:?})", want[i]);
+                        assert!(ok, "thread {t}: page {i} (want {w:?})");
                     }
                 };
                 for round in 0..6u64 {
