@@ -82,9 +82,9 @@ pub struct Args {
     pub no_inherit: bool,
     /// A forked child takes its memory over with an instance of its own
     /// (under the same budget) instead of running detached until it
-    /// execs. Experimental: a child can hang at start where a uzswap
-    /// thread of the parent held parking_lot's lock table at the fork
-    /// (docs/ARCHITECTURE.md, "fork").
+    /// execs. Each fork then brings uzswap's threads to rest first; a
+    /// fork that execs at once pays for the child's instance (about 2 ms
+    /// more; docs/ARCHITECTURE.md, "fork").
     #[arg(long)]
     pub fork_instance: bool,
     /// Count the process's own memory outside regions and the pool

@@ -33,9 +33,9 @@
 //! Wake-ups. Waking a parked thread on another CPU costs 15-100 µs on a VM,
 //! as much as compressing several pages. So nobody parks straight away: a
 //! helper that finds no work spins (`HELPER_SPIN`) watching the submission
-//! counter before it sleeps on the condvar, which catches the next batch of
+//! counter before it sleeps on its event, which catches the next batch of
 //! a streaming store; the caller waiting for the last items of its batch
-//! spins (`OWNER_SPIN`) before it parks. A submitter notifies the condvar
+//! spins (`OWNER_SPIN`) before it parks. A submitter notifies the event
 //! only when some helper is actually asleep.
 //!
 //! Per-batch state machine (`Job`): published (in the queue, cursor <
@@ -44,11 +44,12 @@
 //! claimed item has returned; the owner may return). `f` is called only
 //! for a successfully claimed item, so only between publish and complete.
 //!
-//! Locking: `Shared::queue` (a mutex, with the `sleepers` count and the
-//! condvar) is a leaf lock held only to push, peek or pop a job; `f` never
+//! Locking: `Shared::queue` (a mutex, with the `sleepers` count; helpers
+//! sleep on an `Event`, a wait `quiesce` sees) is a leaf lock held only to push, peek or pop a job; `f` never
 //! runs under it. Context-pool slot mutexes are leaves too, held only to pop
 //! or push a context. The two are never held together.
 
+use crate::quiesce::Event;
 use crate::thread::Handle as JoinHandle;
 use crate::{CompressCtx, CompressError, Compressor};
 use parking_lot::{Condvar, Mutex};
@@ -190,7 +191,8 @@ impl Job {
 /// What the helpers share with the engine.
 struct Shared {
     queue: Mutex<Queue>,
-    wake: Condvar,
+    /// Where helpers sleep for work (`quiesce`: not a condition variable).
+    wake: Event,
     /// Bumped (under the queue lock) on every publish; spinners watch it.
     submitted: AtomicU64,
     /// `Queue::sleepers`, readable without the lock (`helpers_would_help`).
@@ -257,7 +259,7 @@ fn helper_main(shared: Arc<Shared>, compressor: Arc<dyn Compressor>) {
         while shared.submitted.load(Ordering::Acquire) == seen
             && !shared.shutdown.load(Ordering::Relaxed)
         {
-            shared.wake.wait(&mut q);
+            shared.wake.wait_unlocked(&mut q, None);
         }
         q.sleepers -= 1;
         shared.asleep.fetch_sub(1, Ordering::Relaxed);
@@ -453,7 +455,7 @@ impl BatchEngine {
                 jobs: VecDeque::new(),
                 sleepers: 0,
             }),
-            wake: Condvar::new(),
+            wake: Event::new(),
             submitted: AtomicU64::new(0),
             asleep: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),

@@ -15,6 +15,7 @@ pub mod compressor;
 mod deflate;
 mod lz4;
 mod lzo;
+pub mod quiesce;
 pub mod thread;
 mod zstd;
 
@@ -143,14 +144,15 @@ pub mod thread_hook {
 
     /// While the returned guard lives, the calling thread counts as one of
     /// uzswap's own.
+    /// It is also inside for `quiesce` (it waits at a shut gate first).
     pub fn scope() -> Scope {
         if let Some((enter, _)) = SCOPE.get() {
             enter();
         }
-        Scope(())
+        Scope(crate::quiesce::inside())
     }
 
-    pub struct Scope(());
+    pub struct Scope(#[allow(dead_code)] crate::quiesce::Inside);
 
     impl Drop for Scope {
         fn drop(&mut self) {

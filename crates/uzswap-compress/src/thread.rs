@@ -135,8 +135,11 @@ extern "C" fn start<T>(p: *mut libc::c_void) -> *mut libc::c_void {
     // then invalidate (a fifth of a shell loop's time under the runner).
     // SAFETY: a NUL-terminated name of at most 15 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, s.name.as_ptr()) };
+    // Inside (`quiesce`) from here to the end but for its waits for work.
+    let inside = crate::quiesce::inside();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(s.f));
     *s.result.lock() = Some(r);
+    drop(inside);
     std::ptr::null_mut()
 }
 

@@ -22,6 +22,16 @@ type Ssize = isize;
 /// Pins held for one call.
 pub(crate) struct Pins(Vec<uzswap::region::PinGuard<'static>>);
 
+impl Drop for Pins {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            // Unpinning takes the instance's locks: inside, for a fork.
+            let _g = Internal::enter();
+            self.0.clear();
+        }
+    }
+}
+
 impl Pins {
     pub(crate) fn new() -> Option<Pins> {
         crate::active()

@@ -14,7 +14,7 @@
 //! | `UZSWAP_STATS` | file the figures are appended to at exit (`-`: stderr) |
 //! | `UZSWAP_STATS_EVERY` | also every this many seconds |
 //! | `UZSWAP_NO_INHERIT` | programs this one execs run without uzswap |
-//! | `UZSWAP_FORK_INSTANCE` | `1`: a forked child takes its memory over with an instance of its own (`fork.rs`; experimental) |
+//! | `UZSWAP_FORK_INSTANCE` | `1`: a forked child takes its memory over with an instance of its own (`fork.rs`) |
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
 //! | `UZSWAP_HANDLER` | `auto` (default: `block` where /dev/userfaultfd opens, else `signal`), `block`, `spin[:µs]` or `signal`: how faults are resolved |
 //! | `UZSWAP_BIND_HANDLERS` | `0`: leave handler threads unbound (`Config::bind_handlers`) |

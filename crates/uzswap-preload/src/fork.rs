@@ -1,6 +1,6 @@
 //! `fork`: a child must see every byte its parent had; by default it then
 //! runs detached (plain memory, no budget) until it execs, and with
-//! `--fork-instance` (experimental, below) under an instance of its own.
+//! `--fork-instance` (below) under an instance of its own.
 //!
 //! Without `UFFD_FEATURE_EVENT_FORK` (which unprivileged processes cannot
 //! enable) a child's copy of a region is not registered, and a page evicted
@@ -26,16 +26,16 @@
 //! Where the child's instance cannot be made (no userfaultfd left, no
 //! threads), it runs detached: plain memory, no budget, a line on stderr.
 //!
-//! The take-over is opt-in (`--fork-instance`); by default a child runs
-//! detached until it execs. `parking_lot` keeps one process-wide table of
-//! parked threads whose bucket locks no `atfork` handler holds: where one
-//! of the parent's threads of uzswap's was inside it at the instant of the
-//! fork, the child's copy stays locked, and every new thread's first park
-//! (`grow_hashtable`) waits for ever — one child hung so in about fifty
-//! runs of a `multiprocessing` pool. A detached child never parks on
-//! uzswap's locks. The fix is to quiesce uzswap's threads around a fork
-//! (each at a point outside `parking_lot`, acknowledged before the fork),
-//! not made yet. `exec` starts the new image under uzswap again either way (the
+//! Before a fork with a take-over every other thread of uzswap's comes to
+//! rest (`uzswap::compress::quiesce`): a lock held at the instant of the
+//! fork stays held in the child, and the child's instance takes some again
+//! — `parking_lot`'s process-wide table of parked threads, whose bucket
+//! locks no `atfork` handler holds, above all: one `multiprocessing`
+//! worker in about fifty hung at its first contended lock before. Where
+//! the threads do not come to rest in time (one inside waits for one at
+//! rest), the child runs detached, which takes none of uzswap's locks.
+//! The take-over is opt-in for its cost to a fork that execs at once
+//! (below). `exec` starts the new image under uzswap again either way (the
 //! environment carries it).
 //!
 //! Costs: a decompression of everything evicted, once per fork, and memory
@@ -49,8 +49,21 @@
 
 use crate::{real, Internal, State, DETACHED, STATE};
 use std::sync::atomic::Ordering::*;
+use std::time::Duration;
+use uzswap::compress::quiesce;
 use uzswap::region::KernelFaults;
 use uzswap::Uzswap;
+
+/// How long a fork waits for uzswap's threads to come to rest before its
+/// child runs detached instead (`quiesce::close`): they rest within a
+/// fault's or an eviction batch's time, unless one waits on another.
+const REST_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// One fork with a take-over at a time: a second, waiting inside uzswap,
+/// would keep the first's threads from rest. A `std` mutex (a futex of its
+/// own), not `parking_lot`'s: a thread parking on it is not inside, and
+/// must not be in `parking_lot`'s table at the fork.
+static ONE_FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// # Safety
 /// As fork(2).
@@ -60,35 +73,56 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         // SAFETY: glibc's fork.
         return unsafe { real::__fork() };
     };
+    let _one = st
+        .cfg
+        .fork_instance
+        .then(|| ONE_FORK.lock().unwrap_or_else(|e| e.into_inner()));
     let g = Internal::enter();
-    // Our address-space map stays consistent in the child.
-    let mut vmas = st.vmas.lock();
     let guard = match st.uz.prepare_fork() {
         Ok(guard) => guard,
         Err(e) => {
-            drop(vmas);
             drop(g);
             crate::say(&format!("fork refused: {e}"));
             crate::set_errno(libc::ENOMEM);
             return -1;
         }
     };
+    // With a take-over, every other thread of uzswap's at rest, holding no
+    // lock the child takes (`quiesce`); a detached child takes none.
+    let rest = if st.cfg.fork_instance {
+        let rest = quiesce::close(REST_TIMEOUT);
+        if rest.is_none() {
+            crate::say(&format!(
+                "fork: uzswap's threads did not come to rest within {} ms; \
+                 this child runs detached (plain memory, no budget)",
+                REST_TIMEOUT.as_millis()
+            ));
+        }
+        rest
+    } else {
+        None
+    };
+    // Our address-space map stays consistent in the child.
+    let mut vmas = st.vmas.lock();
     // SAFETY: glibc's fork.
     let pid = unsafe { real::__fork() };
     if pid != 0 {
-        drop(guard);
         drop(vmas);
+        drop(rest);
+        drop(guard);
         drop(g);
         return pid;
     }
-    // The lock and the instance's threads are the parent's.
+    // The slots and the instance's threads are the parent's.
     std::mem::forget(guard);
     DETACHED.store(true, Release);
-    if !st.cfg.fork_instance {
+    let Some(rest) = rest else {
         drop(vmas);
         drop(g);
         return 0;
-    }
+    };
+    // Open: the child's own threads pass it.
+    drop(rest);
     let taken = std::mem::take(&mut *vmas);
     drop(vmas);
     match take_over(st, taken) {

@@ -85,13 +85,14 @@ fn internal() -> bool {
     INTERNAL.try_with(|c| c.get() > 0).unwrap_or(true)
 }
 
-/// Marks the current thread internal until dropped.
-struct Internal;
+/// Marks the current thread internal until dropped; it is also inside for
+/// `quiesce` (a fork's rest: it waits at a shut gate first).
+struct Internal(#[allow(dead_code)] uzswap::compress::quiesce::Inside);
 
 impl Internal {
     fn enter() -> Internal {
         let _ = INTERNAL.try_with(|c| c.set(c.get() + 1));
-        Internal
+        Internal(uzswap::compress::quiesce::inside())
     }
 }
 
@@ -329,6 +330,10 @@ extern "C" fn init() {
     }
     if cfg.no_inherit {
         config::drop_preload_from_environ();
+    }
+    if cfg.fork_instance {
+        // A fork then brings uzswap's threads to rest first (`fork.rs`).
+        uzswap::compress::quiesce::enable();
     }
     alloc::configure_glibc();
     uzswap::compress::thread_hook::set(uzswap_thread_began);

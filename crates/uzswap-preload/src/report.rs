@@ -111,7 +111,10 @@ pub fn start_interval() {
     if let Some(secs) = st.cfg.stats_every {
         // A thread of uzswap's: the hook marks it internal.
         let _ = uzswap::compress::thread_hook::spawn("uzswap-stats".into(), move || loop {
-            std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+            // A wait for work (`quiesce`).
+            uzswap::compress::quiesce::idle(|| {
+                std::thread::sleep(std::time::Duration::from_secs_f64(secs))
+            });
             let p = crate::STATE.load(std::sync::atomic::Ordering::Acquire);
             if crate::DETACHED.load(std::sync::atomic::Ordering::Acquire) || !std::ptr::eq(p, st) {
                 return;

@@ -450,8 +450,9 @@ pub(crate) struct Core {
     /// (or failed).
     grown: parking_lot::Condvar,
     /// The fill thread waits here (with `inner`) while the cache is full
-    /// enough.
-    fill: parking_lot::Condvar,
+    /// enough (an `Event`: a wait `quiesce` sees, where a condition
+    /// variable's wake-up would run inside `parking_lot`).
+    fill: uzswap_compress::quiesce::Event,
     /// Signalled when the fill thread's release ends (`releasing_pages`
     /// back to 0 for it): a free of the last live page, or a trim to
     /// nothing, waits for it.
@@ -600,7 +601,7 @@ impl Core {
                 filler_idle: false,
             }),
             grown: parking_lot::Condvar::new(),
-            fill: parking_lot::Condvar::new(),
+            fill: uzswap_compress::quiesce::Event::new(),
             released: parking_lot::Condvar::new(),
             fill_on: AtomicBool::new(false),
             trim_ahead: AtomicBool::new(false),
@@ -729,7 +730,7 @@ impl Core {
     /// drop).
     fn idle(&self, g: &mut parking_lot::MutexGuard<'_, Inner>) {
         g.filler_idle = true;
-        self.fill.wait(g);
+        self.fill.wait_unlocked(g, None);
         g.filler_idle = false;
     }
 

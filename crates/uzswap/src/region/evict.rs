@@ -70,9 +70,10 @@
 
 use super::chunk::{self, *};
 use super::{RegionInner, Shared};
+use crate::compress::quiesce::Event;
 use crate::zswap::SwapEntry;
 use crate::PAGE_SIZE;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -88,7 +89,7 @@ pub(super) struct Slots {
     /// A fork is taking (or holds) every slot: no new eviction starts.
     /// Taking or giving back a slot holds this lock too.
     closed: Mutex<bool>,
-    changed: Condvar,
+    changed: Event,
     max: usize,
     /// Slots held now: changed under `closed`, read without it (the
     /// backstop's count of the stores that may be in flight).
@@ -105,7 +106,7 @@ impl Slots {
     pub(super) fn new(max: usize) -> Slots {
         Slots {
             closed: Mutex::new(false),
-            changed: Condvar::new(),
+            changed: Event::new(),
             max: max.max(1),
             held: AtomicUsize::new(0),
         }
@@ -138,7 +139,7 @@ impl Slots {
     fn take(&self) -> Slot<'_> {
         let mut closed = self.closed.lock();
         while !self.free(*closed) {
-            self.changed.wait(&mut closed);
+            self.changed.wait_unlocked(&mut closed, None);
         }
         self.grant()
     }
@@ -147,7 +148,7 @@ impl Slots {
     fn try_take_for(&self, wait: Duration) -> Option<Slot<'_>> {
         let mut closed = self.closed.lock();
         if !self.free(*closed) {
-            let _ = self.changed.wait_for(&mut closed, wait);
+            self.changed.wait_unlocked(&mut closed, Some(wait));
             if !self.free(*closed) {
                 return None;
             }
@@ -160,11 +161,11 @@ impl Slots {
     pub(super) fn take_all(&self) -> Slot<'_> {
         let mut closed = self.closed.lock();
         while *closed {
-            self.changed.wait(&mut closed);
+            self.changed.wait_unlocked(&mut closed, None);
         }
         *closed = true;
         while self.held.load(Relaxed) > 0 {
-            self.changed.wait(&mut closed);
+            self.changed.wait_unlocked(&mut closed, None);
         }
         Slot {
             slots: self,
@@ -325,7 +326,7 @@ pub(super) fn maybe_kick(sh: &Shared) {
         let mut k = sh.kick.lock();
         if !*k {
             *k = true;
-            sh.kick_cv.notify_one();
+            sh.kick_wake.notify_one();
         }
     }
 }
@@ -510,9 +511,8 @@ pub(super) fn evictor_loop(sh: &Shared) {
                 // The timeout catches usage that rose without a kick (a
                 // kick skipped while futile).
                 let timed_out = sh
-                    .kick_cv
-                    .wait_for(&mut k, Duration::from_millis(50))
-                    .timed_out();
+                    .kick_wake
+                    .wait_unlocked(&mut k, Some(Duration::from_millis(50)));
                 if timed_out {
                     super::own::refresh(sh);
                     if sh.usage() > sh.high && !futile(sh) {

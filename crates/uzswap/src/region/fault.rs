@@ -162,8 +162,9 @@ fn wait_readable(sh: &Shared) {
             revents: 0,
         },
     ];
+    // A wait for work (`quiesce`).
     // SAFETY: `fds` is a valid array of two pollfd for the call's duration.
-    unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+    crate::compress::quiesce::idle(|| unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) });
 }
 
 /// Resolve one fault event at `addr`.

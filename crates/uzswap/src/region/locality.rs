@@ -287,8 +287,9 @@ impl Locality {
                 revents: 0,
             },
         ];
+        // A wait for work (`quiesce`).
         // SAFETY: `fds` is a valid array of two pollfd for the call's duration.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, STANDBY_MS) };
+        crate::compress::quiesce::idle(|| unsafe { libc::poll(fds.as_mut_ptr(), 2, STANDBY_MS) });
         me.on_standby.store(false, Release);
         self.polling.fetch_add(1, AcqRel);
         let mut v = 0u64;

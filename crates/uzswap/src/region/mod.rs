@@ -201,12 +201,13 @@ pub use sigbus::{
 };
 pub use uffd_sys::OpenPath;
 
+use crate::compress::quiesce::Event;
 use crate::compress::thread::Handle as JoinHandle;
 use crate::swap::{SwapDeviceConfig, SwapError};
 use crate::zswap::{SwapEntry, Zswap, ZswapConfig, ZswapError, ZswapStats};
 use crate::{MAX_ORDER, PAGE_SIZE};
 use latency::Histogram;
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -740,7 +741,8 @@ struct Shared {
     /// bounded, by `evict::on_probation`.
     probation: Mutex<std::collections::VecDeque<(u32, u32)>>,
     kick: Mutex<bool>,
-    kick_cv: Condvar,
+    /// The evictor's wait for work (`quiesce`: not a condition variable).
+    kick_wake: Event,
     evictor_busy: AtomicBool,
     /// Eviction is futile until this many ns after `epoch` (see evict.rs).
     futile_until: AtomicU64,
@@ -858,7 +860,7 @@ impl Drop for Owner {
         {
             let mut k = self.sh.kick.lock();
             *k = true;
-            self.sh.kick_cv.notify_all();
+            self.sh.kick_wake.notify_all();
         }
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
@@ -996,7 +998,7 @@ impl Uzswap {
             frozen: AtomicBool::new(false),
             probation: Mutex::new(std::collections::VecDeque::new()),
             kick: Mutex::new(false),
-            kick_cv: Condvar::new(),
+            kick_wake: Event::new(),
             evictor_busy: AtomicBool::new(false),
             futile_until: AtomicU64::new(0),
             epoch: Instant::now(),

@@ -279,6 +279,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     // SAFETY: errno is thread-local; the handler must leave it as found.
     let errno = unsafe { *libc::__errno_location() };
+    // From the lookup on, the thread is inside (`quiesce`): the locks it
+    // reads take part in a fork's rest.
+    let _inside = crate::compress::quiesce::inside();
     // A userfault is BUS_ADRERR with the address; a SIGBUS sent by a
     // process, or a machine-check one (BUS_MCEERR_*), is not ours.
     let found = (code == libc::BUS_ADRERR).then(|| {

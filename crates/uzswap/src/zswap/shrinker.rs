@@ -40,16 +40,18 @@
 //! watcher thread when the trigger is armed). The thread holds only a weak
 //! reference to the instance between runs, so dropping the last `Arc`
 //! stops it; the instance's `Drop` wakes and joins both threads. The
-//! control state is one mutex + condvar, never held while the thread walks
-//! the LRU; the walk takes shard locks one at a time (`writeback`).
+//! control state is one mutex and an `Event` (a wait `quiesce` sees),
+//! never held while the thread walks the LRU; the walk takes shard locks
+//! one at a time (`writeback`).
 
 use super::stats::Counters;
 pub use super::writeback::ShrinkStop;
 use super::writeback::{WalkMode, WalkResult};
 use super::{Zswap, ZswapError};
+use crate::compress::quiesce::Event;
 use crate::compress::thread::Handle as JoinHandle;
 use crate::PAGE_SIZE;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
@@ -118,7 +120,8 @@ struct Events {
 #[derive(Default)]
 pub(super) struct Control {
     events: Mutex<Events>,
-    cv: Condvar,
+    /// The shrinker's wait for work (`quiesce`: not a condition variable).
+    wake: Event,
     running: AtomicBool,
     share_pending: AtomicBool,
     psi_active: AtomicBool,
@@ -130,7 +133,7 @@ pub(super) struct Control {
 impl Control {
     fn post(&self, f: impl FnOnce(&mut Events)) {
         f(&mut self.events.lock());
-        self.cv.notify_one();
+        self.wake.notify_one();
     }
 }
 
@@ -376,7 +379,7 @@ fn shrinker_thread(weak: Weak<Zswap>, ctl: Arc<Control>) {
         let ev = {
             let mut e = ctl.events.lock();
             if !(e.stop || e.limit || e.share || e.pressure > 0) {
-                ctl.cv.wait_for(&mut e, IDLE_TICK);
+                ctl.wake.wait_unlocked(&mut e, Some(IDLE_TICK));
             }
             std::mem::take(&mut *e)
         };
@@ -461,8 +464,10 @@ impl Psi {
             },
         ];
         loop {
+            // A wait for work (`quiesce`).
             // SAFETY: `fds` is a live array of two pollfds for the call.
-            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            let rc =
+                crate::compress::quiesce::idle(|| unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) });
             if rc < 0 {
                 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                     continue;
