@@ -402,6 +402,11 @@ pub(super) fn backstop(sh: &Shared) {
     // its threads' time.
     let step = backstop_step(sh, incoming);
     while sh.usage() + incoming > limit() {
+        // A fork waits for this slot, and brings everything in anyway: a
+        // backstop that kept evicting held it up for seconds.
+        if sh.frozen.load(Acquire) {
+            break;
+        }
         if probation_first(sh, false) {
             continue;
         }
