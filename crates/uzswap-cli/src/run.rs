@@ -82,9 +82,10 @@ pub struct Args {
     pub no_inherit: bool,
     /// A forked child takes its memory over with an instance of its own
     /// (under the same budget) instead of running detached until it
-    /// execs. Each fork then brings uzswap's threads to rest first; a
-    /// fork that execs at once pays for the child's instance (about 2 ms
-    /// more; docs/ARCHITECTURE.md, "fork").
+    /// execs. Each fork then brings uzswap's threads to rest first; the
+    /// child takes its memory over once it changes it (a mapping call, or
+    /// allocations past 1 MiB), so a fork that execs at once pays for no
+    /// instance (docs/ARCHITECTURE.md, "fork").
     #[arg(long)]
     pub fork_instance: bool,
     /// Count the process's own memory outside regions and the pool

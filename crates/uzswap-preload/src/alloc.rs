@@ -162,6 +162,14 @@ fn program() -> bool {
     crate::active().is_some()
 }
 
+/// [`program`] for an allocation of `size` bytes: in a forked child whose
+/// take-over is deferred (`fork.rs`), the allocations that add up past
+/// [`crate::fork::DEFERRED_BYTES`] take it over (a shell's child before
+/// its `exec` allocates less; a worker's results more).
+fn program_for(size: usize) -> bool {
+    program() || (crate::fork::deferred() && crate::fork::allocated_while_deferred(size))
+}
+
 /// Whether `p` is a mimalloc block. mimalloc's own test finds blocks in
 /// its arenas, and blocks too large for an arena only below the 48 TiB its
 /// segment map covers: region memory lies above, where the kernel places
@@ -187,7 +195,7 @@ fn usable(p: *mut c_void) -> usize {
 }
 
 fn aligned(align: usize, size: usize) -> *mut c_void {
-    if program() {
+    if program_for(size) {
         // SAFETY: mimalloc takes any power-of-two alignment.
         unsafe { mi::mi_malloc_aligned(size, align) }
     } else {
@@ -201,7 +209,7 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
     if size == PROBE {
         PROBED.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    if program() {
+    if program_for(size) {
         // SAFETY: a plain allocation.
         unsafe { mi::mi_malloc(size) }
     } else {
@@ -212,7 +220,7 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
 
 #[no_mangle]
 pub extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    if program() {
+    if program_for(n.saturating_mul(size)) {
         // SAFETY: mimalloc checks n * size for overflow.
         unsafe { mi::mi_calloc(n, size) }
     } else {
@@ -251,7 +259,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return std::ptr::null_mut();
     }
     let owned = mi_owned(p);
-    match (owned, program()) {
+    match (owned, program_for(size)) {
         // SAFETY: each allocator reallocates its own blocks.
         (true, true) => unsafe { mi::mi_realloc(p, size) },
         // SAFETY: as above.

@@ -34,21 +34,22 @@
 //! worker in about fifty hung at its first contended lock before. Where
 //! the threads do not come to rest in time (one inside waits for one at
 //! rest), the child runs detached, which takes none of uzswap's locks.
-//! The take-over is opt-in for its cost to a fork that execs at once
-//! (below). `exec` starts the new image under uzswap again either way (the
+//! The take-over is deferred until the child changes its memory
+//! ([`Deferred`]), and opt-in (docs/ARCHITECTURE.md, "fork"). `exec` starts the new image under uzswap again either way (the
 //! environment carries it).
 //!
 //! Costs: a decompression of everything evicted, once per fork, and memory
 //! over the budget until the parent's evictor takes it back; with
-//! `--fork-instance`, in the child, an instance's start (its threads, not
-//! waited for, a registration per region: a bash subshell 3.3 ms against
-//! 1.1 ms detached, paid also by a fork that execs at once).
+//! `--fork-instance`, in a child that allocates, an instance's start (its
+//! threads, not waited for, a registration per region: a bash subshell
+//! took 3.3 ms against 1.1 ms detached while every child paid it).
 //! `vfork` and `posix_spawn` (which `system` and `popen` use) share the
 //! parent's memory and do not come here: they stay as cheap as without
 //! uzswap.
 
 use crate::{real, Internal, State, DETACHED, STATE};
 use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicPtr, AtomicUsize};
 use std::time::Duration;
 use uzswap::compress::quiesce;
 use uzswap::region::KernelFaults;
@@ -123,9 +124,89 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     };
     // Open: the child's own threads pass it.
     drop(rest);
-    let taken = std::mem::take(&mut *vmas);
-    drop(vmas);
-    match take_over(st, taken) {
+    // SAFETY: just forked, nothing of uzswap's has run here since, and the
+    // parent's instance is never used again (DETACHED, then STATE replaced).
+    unsafe { st.uz.abandon_in_child() };
+    let vmas = std::mem::take(&mut *vmas);
+    let d = Box::new(Deferred { parent: st, vmas });
+    DEFERRED.store(Box::into_raw(d), Release);
+    // A child exiting takes nothing over: its allocator's last purge
+    // (mimalloc's, from the loader's destructors) would start an instance
+    // while the process is torn down.
+    // SAFETY: registering a plain function.
+    unsafe { libc::atexit(no_take_over) };
+    drop(g);
+    0
+}
+
+extern "C" fn no_take_over() {
+    // Leaked: the parent's handles may not be dropped here.
+    DEFERRED.store(std::ptr::null_mut(), Release);
+}
+
+/// A forked child's take-over, deferred until the child changes its memory
+/// (`active_for_memory`: a mapping call; an allocation past
+/// [`DEFERRED_BYTES`]). A fork that execs at once (a shell's) then pays
+/// for no instance, and a child that only reads what it inherited (Redis's
+/// `BGSAVE`) runs as a detached one. Until then the child is detached: its
+/// allocations go to glibc, its memory is plain, and its regions are as
+/// the fork left them — so the parent's chunk states, read at the
+/// take-over, still say which chunks may map pages (nothing but a mapping
+/// call, which takes over first, or an allocation, which goes to glibc,
+/// changes region memory in between).
+struct Deferred {
+    parent: &'static State,
+    vmas: crate::vma::Vmas,
+}
+
+static DEFERRED: AtomicPtr<Deferred> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Allocations a child with a deferred take-over makes before it takes
+/// its memory over (a shell's child before `exec` allocates a few KiB).
+pub(crate) const DEFERRED_BYTES: usize = 1 << 20;
+
+static DEFERRED_ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+/// One take-over at a time (`std`'s mutex: nothing of `parking_lot`'s in a
+/// child before its instance exists).
+static TAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether this process is a child whose take-over is deferred.
+pub(crate) fn deferred() -> bool {
+    !DEFERRED.load(Relaxed).is_null()
+}
+
+/// Count `size` bytes allocated while the take-over is deferred; take it
+/// over once they add up past [`DEFERRED_BYTES`]. True if this allocation
+/// goes to the child's instance.
+pub(crate) fn allocated_while_deferred(size: usize) -> bool {
+    if crate::internal() {
+        return false;
+    }
+    let total = DEFERRED_ALLOCATED
+        .fetch_add(size, Relaxed)
+        .saturating_add(size);
+    total > DEFERRED_BYTES && take_over_deferred().is_some()
+}
+
+/// Take the deferred memory over now, if it still is: the child's
+/// instance, or `None` where the child runs detached.
+pub(crate) fn take_over_deferred() -> Option<&'static State> {
+    // Not from a thread whose thread-locals are gone (it is exiting): an
+    // instance's start needs them.
+    if DEFERRED.load(Acquire).is_null() || crate::INTERNAL.try_with(|_| ()).is_err() {
+        return None;
+    }
+    let _one = TAKING.lock().unwrap_or_else(|e| e.into_inner());
+    let p = DEFERRED.swap(std::ptr::null_mut(), AcqRel);
+    if p.is_null() {
+        // Another thread took it over while this one waited.
+        return crate::active();
+    }
+    // SAFETY: stored from a leaked Box by `fork`, taken out once (swapped).
+    let d = unsafe { Box::from_raw(p) };
+    let g = Internal::enter();
+    match take_over(d.parent, d.vmas) {
         Ok(child) => {
             STATE.store(child, Release);
             DETACHED.store(false, Release);
@@ -134,22 +215,23 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
             crate::report::start_interval();
             drop(g);
             crate::register_thread();
+            crate::active()
         }
-        Err(e) => crate::say(&format!(
-            "fork: the child runs without uzswap (plain memory, no budget): {e}"
-        )),
+        Err(e) => {
+            crate::say(&format!(
+                "fork: the child runs without uzswap (plain memory, no budget): {e}"
+            ));
+            None
+        }
     }
-    0
 }
 
-/// In a child just forked from the process of `parent`: an instance of the
+/// In a child forked from the process of `parent` (whose instance it gave
+/// up at the fork, `Uzswap::abandon_in_child`): an instance of the
 /// child's own over the memory `vmas` maps (taken out of the parent's
 /// state, which is never used again). On failure everything is leaked:
 /// the parent's handles may not be dropped here.
 fn take_over(parent: &'static State, mut vmas: crate::vma::Vmas) -> Result<*mut State, String> {
-    // SAFETY: just forked, nothing of uzswap's has run here since, and the
-    // parent's instance is never used again (DETACHED, then STATE replaced).
-    unsafe { parent.uz.abandon_in_child() };
     // Its threads are not waited for where the program's allocator is
     // ours (its starting threads allocate from glibc): a child that execs
     // at once, as a shell's, pays little more than their creation.

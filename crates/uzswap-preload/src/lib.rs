@@ -113,6 +113,19 @@ fn active() -> Option<&'static State> {
     Some(unsafe { &*p })
 }
 
+/// [`active`], for a call that changes the program's memory (the mapping
+/// calls, a large allocation): a forked child whose take-over is still
+/// deferred takes its memory over first (`fork.rs`).
+fn active_for_memory() -> Option<&'static State> {
+    active().or_else(|| {
+        if DETACHED.load(Relaxed) && !internal() {
+            fork::take_over_deferred()
+        } else {
+            None
+        }
+    })
+}
+
 /// uzswap's threads mark themselves internal for good, and make their
 /// thread-locals while no fault can be pending on them
 /// (`uzswap::region::prepare_signal_thread`).

@@ -45,7 +45,7 @@ fn span(addr: *const c_void, len: usize) -> Option<(usize, usize)> {
 /// Lock or unlock `addr..addr+len`: ours through the region's pins, the
 /// rest by the kernel.
 fn apply(addr: *const c_void, len: usize, lock: Option<u32>) -> i32 {
-    let (Some(st), Some((s, e))) = (crate::active(), span(addr, len)) else {
+    let (Some(st), Some((s, e))) = (crate::active_for_memory(), span(addr, len)) else {
         // SAFETY: the caller's arguments.
         return unsafe {
             match lock {
@@ -129,7 +129,7 @@ fn named_mappings() -> Vec<(usize, usize)> {
 /// As mlockall(2).
 #[no_mangle]
 pub unsafe extern "C" fn mlockall(flags: i32) -> i32 {
-    let Some(st) = crate::active() else {
+    let Some(st) = crate::active_for_memory() else {
         // SAFETY: the caller's argument.
         return unsafe { libc::syscall(libc::SYS_mlockall, flags) as i32 };
     };
@@ -171,7 +171,7 @@ pub unsafe extern "C" fn mlockall(flags: i32) -> i32 {
 /// As munlockall(2).
 #[no_mangle]
 pub unsafe extern "C" fn munlockall() -> i32 {
-    let Some(st) = crate::active() else {
+    let Some(st) = crate::active_for_memory() else {
         // SAFETY: takes no arguments.
         return unsafe { real::munlockall() };
     };

@@ -683,7 +683,7 @@ pub unsafe extern "C" fn mmap(
     fd: i32,
     off: libc::off_t,
 ) -> *mut c_void {
-    let Some(st) = crate::active() else {
+    let Some(st) = crate::active_for_memory() else {
         // SAFETY: the caller's arguments.
         return unsafe { real::mmap(addr, len, prot, flags, fd, off) };
     };
@@ -770,7 +770,7 @@ pub unsafe extern "C" fn mmap(
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
     let s = addr as usize;
     let e = page_up(len).and_then(|l| s.checked_add(l));
-    let (Some(st), Some(e)) = (crate::active(), e) else {
+    let (Some(st), Some(e)) = (crate::active_for_memory(), e) else {
         // SAFETY: the caller's arguments.
         return unsafe { real::munmap(addr, len) };
     };
@@ -805,13 +805,15 @@ pub unsafe extern "C" fn mremap(
 ) -> *mut c_void {
     let s = old as usize;
     let lens = page_up(old_len).zip(page_up(new_len));
-    let ours = crate::active().zip(lens).filter(|(st, (ol, _))| {
-        *ol > 0 && s & (PAGE_SIZE - 1) == 0 && {
-            let _g = Internal::enter();
-            let v = st.vmas.lock();
-            matches!(v.parts(s, s + ol).as_slice(), [(_, _, true)])
-        }
-    });
+    let ours = crate::active_for_memory()
+        .zip(lens)
+        .filter(|(st, (ol, _))| {
+            *ol > 0 && s & (PAGE_SIZE - 1) == 0 && {
+                let _g = Internal::enter();
+                let v = st.vmas.lock();
+                matches!(v.parts(s, s + ol).as_slice(), [(_, _, true)])
+            }
+        });
     let Some((st, (old_len, new_len))) = ours else {
         // SAFETY: the caller's arguments.
         return unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
@@ -888,7 +890,7 @@ pub unsafe extern "C" fn mremap(
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
     let s = addr as usize;
     let e = page_up(len).and_then(|l| s.checked_add(l));
-    let (Some(st), Some(e)) = (crate::active(), e) else {
+    let (Some(st), Some(e)) = (crate::active_for_memory(), e) else {
         // SAFETY: the caller's arguments.
         return unsafe { real::madvise(addr, len, advice) };
     };
@@ -984,7 +986,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32 {
     let s = addr as usize;
     let e = page_up(len).and_then(|l| s.checked_add(l));
-    let (Some(st), Some(e)) = (crate::active(), e) else {
+    let (Some(st), Some(e)) = (crate::active_for_memory(), e) else {
         // SAFETY: the caller's arguments.
         return unsafe { real::mprotect(addr, len, prot) };
     };
