@@ -84,7 +84,7 @@ pub struct Args {
     /// (under the same budget) instead of running detached until it
     /// execs. Each fork then brings uzswap's threads to rest first; the
     /// child takes its memory over once it changes it (a mapping call, or
-    /// allocations past 1 MiB), so a fork that execs at once pays for no
+    /// more than 1 MiB allocated), so a fork that execs at once pays for no
     /// instance (docs/ARCHITECTURE.md, "fork").
     #[arg(long)]
     pub fork_instance: bool,

@@ -163,7 +163,7 @@ fn program() -> bool {
 }
 
 /// [`program`] for an allocation of `size` bytes: in a forked child whose
-/// take-over is deferred (`fork.rs`), the allocations that add up past
+/// take-over is deferred (`fork.rs`), allocations live at once past
 /// [`crate::fork::DEFERRED_BYTES`] take it over (a shell's child before
 /// its `exec` allocates less; a worker's results more).
 fn program_for(size: usize) -> bool {
@@ -240,6 +240,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         // SAFETY: a live mimalloc block.
         unsafe { mi::mi_free(p) }
     } else {
+        if crate::fork::deferred() {
+            crate::fork::freed_while_deferred(usable(p));
+        }
         // SAFETY: a live glibc block.
         unsafe { __libc_free(p) }
     }

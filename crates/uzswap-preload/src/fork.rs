@@ -145,10 +145,10 @@ extern "C" fn no_take_over() {
 }
 
 /// A forked child's take-over, deferred until the child changes its memory
-/// (`active_for_memory`: a mapping call; an allocation past
-/// [`DEFERRED_BYTES`]). A fork that execs at once (a shell's) then pays
-/// for no instance, and a child that only reads what it inherited (Redis's
-/// `BGSAVE`) runs as a detached one. Until then the child is detached: its
+/// (`active_for_memory`: a mapping call; more than [`DEFERRED_BYTES`]
+/// allocated and not freed). A fork that execs at once (a shell's) then
+/// pays for no instance, and a child that reads what it inherited and
+/// allocates little runs as a detached one. Until then the child is detached: its
 /// allocations go to glibc, its memory is plain, and its regions are as
 /// the fork left them — so the parent's chunk states, read at the
 /// take-over, still say which chunks may map pages (nothing but a mapping
@@ -161,8 +161,10 @@ struct Deferred {
 
 static DEFERRED: AtomicPtr<Deferred> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Allocations a child with a deferred take-over makes before it takes
-/// its memory over (a shell's child before `exec` allocates a few KiB).
+/// Bytes a child with a deferred take-over may hold allocated (from glibc)
+/// before it takes its memory over (a shell's child before `exec`
+/// allocates a few KiB; a child that compresses value by value, as Redis's
+/// `BGSAVE`, frees each buffer before the next).
 pub(crate) const DEFERRED_BYTES: usize = 1 << 20;
 
 static DEFERRED_ALLOCATED: AtomicUsize = AtomicUsize::new(0);
@@ -177,8 +179,8 @@ pub(crate) fn deferred() -> bool {
 }
 
 /// Count `size` bytes allocated while the take-over is deferred; take it
-/// over once they add up past [`DEFERRED_BYTES`]. True if this allocation
-/// goes to the child's instance.
+/// over once those live add up past [`DEFERRED_BYTES`]. True if this
+/// allocation goes to the child's instance.
 pub(crate) fn allocated_while_deferred(size: usize) -> bool {
     if crate::internal() {
         return false;
@@ -187,6 +189,13 @@ pub(crate) fn allocated_while_deferred(size: usize) -> bool {
         .fetch_add(size, Relaxed)
         .saturating_add(size);
     total > DEFERRED_BYTES && take_over_deferred().is_some()
+}
+
+/// A block of `size` bytes allocated from glibc freed while the take-over
+/// is deferred (one allocated before the fork too: the count only tends
+/// low, never negative).
+pub(crate) fn freed_while_deferred(size: usize) {
+    let _ = DEFERRED_ALLOCATED.fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(size)));
 }
 
 /// Take the deferred memory over now, if it still is: the child's

@@ -1,7 +1,8 @@
 /* A forked child's take-over is deferred until it changes its memory
  * (`--fork-instance`): the parent fills 64 MiB and forks twice. The first
- * child allocates KIB_SMALL KiB (less than the deferral's allowance) and
- * must still be a single thread (no instance started: a shell's child
+ * child allocates and frees 64 buffers of 64 KiB one after another, then
+ * keeps 256 KiB (less than the deferral's allowance), and must still be a
+ * single thread (no instance started: a shell's child
  * before exec pays for none); the second allocates 8 MiB and must have
  * started uzswap's threads. Both read back what they wrote and a sample of
  * what they inherited. Prints "small N big M" (thread counts), then
@@ -24,6 +25,12 @@ static int tasks(void) {
 }
 
 static int child(const char *big, size_t inherited, size_t n, int fd) {
+    /* Buffers freed one before the next (4 MiB in all, 64 KiB live). */
+    for (int i = 0; i < 64; i++) {
+        volatile char *b = malloc(64 << 10);
+        b[i] = (char)i;
+        free((void *)b);
+    }
     char *m = malloc(n);
     memset(m, 7, n);
     for (size_t k = 0; k < n; k += 4096)
