@@ -125,8 +125,11 @@
 //! page, or a trim to nothing, waits for it on a condition variable of the
 //! same mutex; the fill thread takes no other lock). The fill thread
 //! faults its range in with the lock dropped, its pages marked used (no
-//! alloc, trim or unmap touches them), and waits for work on a condition
-//! variable of the same mutex; an alloc the lists could not serve wakes it
+//! alloc, trim or unmap touches them), and waits for work on an `Event`
+//! (`uzswap_compress::quiesce`: a futex, read under the mutex and waited
+//! on with it dropped; a condition variable's wake-up would run inside
+//! `parking_lot`, where a fork's rest cannot see it); an alloc the lists
+//! could not serve wakes it
 //! where the cache is short, the owner's drop stops and joins it. A fill
 //! that ends after a trim to nothing, or after the last live run went, is
 //! given back at once, so nothing stays cached after [`Core::trim`] with 0
