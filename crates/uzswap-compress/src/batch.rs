@@ -45,9 +45,10 @@
 //! for a successfully claimed item, so only between publish and complete.
 //!
 //! Locking: `Shared::queue` (a mutex, with the `sleepers` count; helpers
-//! sleep on an `Event`, a wait `quiesce` sees) is a leaf lock held only to push, peek or pop a job; `f` never
-//! runs under it. Context-pool slot mutexes are leaves too, held only to pop
-//! or push a context. The two are never held together.
+//! sleep on an `Event`, a wait `quiesce` sees) is a leaf lock held only to
+//! push, peek or pop a job; `f` never runs under it. Context-pool slot
+//! mutexes are leaves too, held only to pop or push a context. The two are
+//! never held together.
 
 use crate::quiesce::Event;
 use crate::thread::Handle as JoinHandle;

@@ -72,11 +72,6 @@ pub fn enable() {
     ENABLED.store(true, SeqCst);
 }
 
-/// Whether the count is kept.
-pub fn enabled() -> bool {
-    ENABLED.load(Relaxed)
-}
-
 fn arrive() {
     INSIDE.fetch_add(1, SeqCst);
     while GATE.load(SeqCst) != 0 && !CLOSER.try_with(Cell::get).unwrap_or(false) {

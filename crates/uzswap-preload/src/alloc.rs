@@ -262,6 +262,11 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return std::ptr::null_mut();
     }
     let owned = mi_owned(p);
+    if !owned && crate::fork::deferred() {
+        // The old block leaves the deferral's count whichever allocator
+        // takes the new one (glibc's in place, or a copy and a free).
+        crate::fork::freed_while_deferred(usable(p));
+    }
     match (owned, program_for(size)) {
         // SAFETY: each allocator reallocates its own blocks.
         (true, true) => unsafe { mi::mi_realloc(p, size) },

@@ -35,8 +35,9 @@
 //! the threads do not come to rest in time (one inside waits for one at
 //! rest), the child runs detached, which takes none of uzswap's locks.
 //! The take-over is deferred until the child changes its memory
-//! ([`Deferred`]), and opt-in (docs/ARCHITECTURE.md, "fork"). `exec` starts the new image under uzswap again either way (the
-//! environment carries it).
+//! ([`Deferred`]), and opt-in (docs/ARCHITECTURE.md, "fork"). `exec`
+//! starts the new image under uzswap again either way (the environment
+//! carries it).
 //!
 //! Costs: a decompression of everything evicted, once per fork, and memory
 //! over the budget until the parent's evictor takes it back; with
@@ -148,9 +149,9 @@ extern "C" fn no_take_over() {
 /// (`active_for_memory`: a mapping call; more than [`DEFERRED_BYTES`]
 /// allocated and not freed). A fork that execs at once (a shell's) then
 /// pays for no instance, and a child that reads what it inherited and
-/// allocates little runs as a detached one. Until then the child is detached: its
-/// allocations go to glibc, its memory is plain, and its regions are as
-/// the fork left them — so the parent's chunk states, read at the
+/// allocates little runs as a detached one. Until then the child is
+/// detached: its allocations go to glibc, its memory is plain, and its
+/// regions are as the fork left them — so the parent's chunk states, read at the
 /// take-over, still say which chunks may map pages (nothing but a mapping
 /// call, which takes over first, or an allocation, which goes to glibc,
 /// changes region memory in between).
