@@ -88,6 +88,14 @@ pub struct Args {
     /// instance (docs/ARCHITECTURE.md, "fork").
     #[arg(long)]
     pub fork_instance: bool,
+    /// Read the kernel's accessed bits of the program's resident memory
+    /// (`/proc/self/smaps`, paced by the eviction CLOCK), so that memory
+    /// read often without faulting is kept. Pays where a read-mostly hot set
+    /// sits apart from data streamed through; costs milliseconds a sample,
+    /// more with more resident memory (docs/BENCHMARKS.md, "Accessed bits
+    /// from smaps").
+    #[arg(long)]
+    pub sample_young: bool,
     /// Count the process's own memory outside regions and the pool
     /// (uzswap's heap and buffers, memory the program keeps outside
     /// regions) against the budget too, as a memory cgroup counts
@@ -340,6 +348,7 @@ pub fn run(a: Args) -> Result<()> {
         ),
         ("UZSWAP_NO_INHERIT", a.no_inherit.then(|| "1".into())),
         ("UZSWAP_FORK_INSTANCE", a.fork_instance.then(|| "1".into())),
+        ("UZSWAP_SAMPLE_YOUNG", a.sample_young.then(|| "1".into())),
         ("UZSWAP_OWN_MEMORY", a.count_own.then(|| "1".into())),
         ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),
         (

@@ -143,6 +143,10 @@ pub struct Args {
     /// re-eviction of an unwritten chunk then compresses it again).
     #[arg(long)]
     pub no_keep_copy: bool,
+    /// uzswap: read the kernel's accessed bits of resident memory
+    /// (`Config::sample_young`).
+    #[arg(long)]
+    pub sample_young: bool,
     /// uzswap: read faults install the whole chunk, never a single page
     /// (see `Config::partial_faults`).
     #[arg(long)]
@@ -577,6 +581,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
                 Handler::Auto => HandlerMode::Auto,
             },
             keep_copy: !args.no_keep_copy,
+            sample_young: args.sample_young,
             partial_faults: !args.no_partial,
             ..Config::default()
         };

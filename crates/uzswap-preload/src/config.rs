@@ -18,6 +18,7 @@
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
 //! | `UZSWAP_HANDLER` | `auto` (default: `block` where /dev/userfaultfd opens, else `signal`), `block`, `spin[:µs]` or `signal`: how faults are resolved |
 //! | `UZSWAP_BIND_HANDLERS` | `0`: leave handler threads unbound (`Config::bind_handlers`) |
+//! | `UZSWAP_SAMPLE_YOUNG` | `1`: read the kernel's accessed bits of resident memory (`Config::sample_young`) |
 
 use std::path::PathBuf;
 
@@ -45,6 +46,8 @@ pub struct Config {
     pub count_own_memory: bool,
     /// Handler threads bound to CPUs (`UZSWAP_BIND_HANDLERS`, default on).
     pub bind_handlers: bool,
+    /// Accessed bits sampled from smaps (`UZSWAP_SAMPLE_YOUNG`).
+    pub sample_young: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -128,6 +131,7 @@ impl Config {
             handler: handler()?,
             count_own_memory: var("UZSWAP_OWN_MEMORY").is_some_and(|v| v != "0"),
             bind_handlers: var("UZSWAP_BIND_HANDLERS").is_none_or(|v| v != "0"),
+            sample_young: var("UZSWAP_SAMPLE_YOUNG").is_some_and(|v| v != "0"),
         }))
     }
 
@@ -148,6 +152,7 @@ impl Config {
             user_mode_only: self.user_mode,
             handler: self.handler,
             bind_handlers: self.bind_handlers,
+            sample_young: self.sample_young,
             ..Default::default()
         };
         if let Some(name) = &self.compressor {

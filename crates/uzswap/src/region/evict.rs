@@ -193,6 +193,9 @@ impl Drop for Slot<'_> {
 pub(super) struct Clock {
     base: usize,
     ci: usize,
+    /// Chunks the hand has visited, ever: what paces accessed-bit samples
+    /// (`young.rs`).
+    pub(super) visited: u64,
 }
 
 struct Victim {
@@ -547,6 +550,7 @@ pub(super) fn evictor_loop(sh: &Shared) {
                 if sh.usage() <= sh.low {
                     break;
                 }
+                super::young::maybe_sample(sh);
                 evict_batch(sh, sh.batch_bytes)
             };
             if let Some(base) = sh.base_share {
@@ -655,6 +659,7 @@ fn select(
                 budget -= 1;
                 let ci = clock.ci;
                 clock.ci += 1;
+                clock.visited += 1;
                 let s = &r.state[ci];
                 let w = s.load(Acquire);
                 let st = chunk::state(w);

@@ -191,6 +191,7 @@ mod pin;
 mod share;
 mod sigbus;
 mod uffd_sys;
+mod young;
 
 pub use latency::LatencySummary;
 pub use pin::{ForkGuard, KernelFaults, PinGuard};
@@ -356,6 +357,15 @@ pub struct Config {
     /// tests and for callers that bring buffers in themselves
     /// ([`Uzswap::pin`]).
     pub user_mode_only: bool,
+    /// Read the kernel's accessed bits of resident memory (`young.rs`):
+    /// resident parts of regions split into mappings of 256 KiB, and
+    /// `/proc/self/smaps` sampled, paced by the CLOCK hand, for the ones
+    /// read since the last sample, whose chunks then keep their REF. Costs
+    /// the samples (milliseconds each, growing with resident memory), and
+    /// pays where a read-mostly hot set sits apart from data streamed
+    /// through; off by default (docs/BENCHMARKS.md, "Accessed bits from
+    /// smaps").
+    pub sample_young: bool,
 }
 
 /// The swap device the instance writes back to.
@@ -455,6 +465,7 @@ impl Default for Config {
             trim_own_heap: false,
             defer_register: true,
             user_mode_only: false,
+            sample_young: false,
         }
     }
 }
@@ -538,6 +549,13 @@ pub struct UzswapStats {
     /// Microseconds faults spent at the backstop: waiting for room under
     /// the budget, or evicting to make it.
     pub backstop_us: u64,
+    /// Accessed-bit samples (`Config::sample_young`), the microseconds they
+    /// took, the chunks they marked referenced, and the chunks split into
+    /// mappings of their own.
+    pub young_samples: u64,
+    pub young_us: u64,
+    pub young_marked: u64,
+    pub young_splits: u64,
     /// Fault events already resolved by the time they were read.
     pub faults_stale: u64,
     /// Faults a handler resolved for a registered thread on another CPU,
@@ -773,6 +791,9 @@ struct Shared {
     /// The configured pool share in bytes, when the evictor adapts it to
     /// the data's density (`share.rs`).
     base_share: Option<u64>,
+    /// Accessed-bit sampling (`young.rs`).
+    young: young::Young,
+    young_ctr: young::YoungCounters,
 }
 
 impl Shared {
@@ -997,6 +1018,8 @@ impl Uzswap {
             slots: evict::Slots::new(evictors),
             frozen: AtomicBool::new(false),
             probation: Mutex::new(std::collections::VecDeque::new()),
+            young: young::Young::default(),
+            young_ctr: young::YoungCounters::default(),
             kick: Mutex::new(false),
             kick_wake: Event::new(),
             evictor_busy: AtomicBool::new(false),
@@ -1492,6 +1515,10 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         faults_parked: g(&c.faults_parked),
         parked_us: g(&c.parked_ns) / 1000,
         backstop_us: g(&c.backstop_ns) / 1000,
+        young_samples: g(&sh.young_ctr.samples),
+        young_us: g(&sh.young_ctr.sample_ns) / 1000,
+        young_marked: g(&sh.young_ctr.marked),
+        young_splits: g(&sh.young_ctr.splits),
         faults_stale: g(&c.faults_stale),
         faults_remote: sh.locality.remote(),
         handler_standbys: sh.locality.standbys(),
