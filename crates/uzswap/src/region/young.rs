@@ -81,8 +81,9 @@ struct State {
     interval: Duration,
     /// The hand's `visited` at the last sample.
     visited: u64,
-    /// Per region id, the odd groups marked `MADV_DONTDUMP` (a bit each).
-    marked: HashMap<u32, Vec<u64>>,
+    /// Per region id, the odd groups marked `MADV_DONTDUMP` (a bit each)
+    /// and how many.
+    marked: HashMap<u32, (Vec<u64>, usize)>,
     splits: usize,
     /// Most groups to mark (each makes up to two mappings); 0: not read yet.
     max_splits: usize,
@@ -160,6 +161,16 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
         g.max_splits = max_splits().max(1);
     }
     let per = group_chunks(chunk);
+    // Regions dropped since: their marks went with their mappings.
+    let mut gone = 0;
+    g.marked.retain(|id, (_, n)| {
+        let keep = regions.iter().any(|r| r.id == *id);
+        if !keep {
+            gone += *n;
+        }
+        keep
+    });
+    g.splits -= gone;
     for r in regions {
         let live = r.live.read();
         if !*live || !r.registered.load(Acquire) {
@@ -167,10 +178,10 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
         }
         let n = r.state.len();
         let groups = n.div_ceil(per);
-        let bits = g
+        let (bits, count) = g
             .marked
             .entry(r.id)
-            .or_insert_with(|| vec![0u64; groups.div_ceil(64)]);
+            .or_insert_with(|| (vec![0u64; groups.div_ceil(64)], 0));
         let mut splits = 0;
         for gi in 0..groups {
             let chunks = gi * per..((gi + 1) * per).min(n);
@@ -185,6 +196,7 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
                     continue;
                 }
                 if g.splits + splits >= g.max_splits {
+                    *count += splits;
                     g.splits += splits;
                     return;
                 }
@@ -203,6 +215,7 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
                 splits += 1;
             }
         }
+        *count += splits;
         g.splits += splits;
     }
 }

@@ -113,6 +113,10 @@ pub struct Args {
     /// internally on an evicted buffer can fail).
     #[arg(long, value_enum, default_value = "block")]
     pub uzswap_handler: crate::usemem::Handler,
+    /// uzswap cells sample the kernel's accessed bits (`uzswap run
+    /// --sample-young`).
+    #[arg(long)]
+    pub sample_young: bool,
     /// Folio size: uzswap's chunk, and the kernel cells' mTHP size.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
@@ -452,6 +456,9 @@ impl Ctx<'_> {
                 if let Some(v) = v {
                     wrapper.push(v.into());
                 }
+            }
+            if a.sample_young {
+                wrapper.push("--sample-young".into());
             }
             wrapper.push("--stats".into());
             wrapper.push(stats.clone().into());
@@ -1451,6 +1458,7 @@ pub fn run(a: Args) -> Result<()> {
                 "repeat": a.repeat,
                 "compressor": a.compressor,
                 "uzswap_handler": handler_name(a.uzswap_handler),
+                "sample_young": a.sample_young,
                 "folio_bytes": a.folio,
                 "kernel_cells": cols.iter().map(|c| c.label.clone()).collect::<Vec<_>>(),
                 "fit_tolerance": a.fit_tolerance,
