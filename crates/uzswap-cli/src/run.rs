@@ -93,7 +93,8 @@ pub struct Args {
     /// read often without faulting is kept. Pays where a read-mostly hot set
     /// sits apart from data streamed through; costs milliseconds a sample,
     /// more with more resident memory (docs/BENCHMARKS.md, "Accessed bits
-    /// from smaps").
+    /// from smaps"). Half of the sampled memory is marked `MADV_DONTDUMP`
+    /// (it splits the mappings), so a core dump leaves it out.
     #[arg(long)]
     pub sample_young: bool,
     /// Count the process's own memory outside regions and the pool

@@ -13,7 +13,8 @@
 //!
 //! So the sampler makes the resident parts of each region many mappings:
 //! *groups* of [`GROUP_BYTES`] (a few chunks) with odd index are marked
-//! `MADV_DONTDUMP`, which changes nothing but what a core dump holds; since
+//! `MADV_DONTDUMP`, which changes nothing but what a core dump holds (it
+//! leaves them out); since
 //! a mapping spans only pages of equal flags, each marked group splits from
 //! its neighbours and each unmarked one is left between two marked ones.
 //! Groups are split as chunks in them are first seen mapped, up to a bound
