@@ -96,6 +96,10 @@ pub struct Args {
     /// Print one JSON object with the figures as the last line of stdout.
     #[arg(long)]
     pub json: bool,
+    /// Sample the kernel's accessed bits (`Config::sample_young`) while the
+    /// workers run: the splits and marks under every path the soak takes.
+    #[arg(long)]
+    pub sample_young: bool,
 }
 
 /// A duration: seconds, or a number with the suffix s, m or h; above 0 and
@@ -620,6 +624,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Handler::Signal => HandlerMode::Signal,
             Handler::Auto => HandlerMode::Auto,
         },
+        sample_young: args.sample_young,
         ..Config::default()
     };
     cfg.zswap.compressor = args.compressor.clone();
@@ -773,6 +778,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     line("pages written back", z.written_back_pages);
     line("pages read from device", z.pswpin);
     line("budget overruns", s.budget_overruns);
+    if args.sample_young {
+        line("accessed-bit samples", s.young_samples);
+        line("chunks they marked", s.young_marked);
+    }
     line("peak bytes", s.peak_bytes);
     line("mismatches", mismatches);
     line("errors", errors);
@@ -785,6 +794,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "regions": args.regions,
             "threads": args.threads,
             "handler": format!("{:?}", args.handler).to_lowercase(),
+            "sample_young": args.sample_young,
             "page_ops": ops,
             "page_ops_per_sec": ops as f64 / secs,
             "loads": c.loads.load(Relaxed),
