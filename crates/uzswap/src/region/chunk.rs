@@ -25,8 +25,9 @@ pub const BUSY: u32 = 5;
 pub const PARTIAL: u32 = 6;
 pub const STATE_MASK: u32 = 0x7;
 
-/// Referenced: set when the chunk is faulted in; CLOCK clears it once
-/// before the chunk becomes a victim.
+/// Referenced: set when the chunk is faulted in, or by an accessed-bit
+/// sample that saw it read (`young.rs`, a CAS that keeps the state); CLOCK
+/// clears it once before the chunk becomes a victim.
 pub const REF: u32 = 1 << 3;
 /// Activated by a workingset refault: survives one more CLOCK pass.
 pub const ACTIVE: u32 = 1 << 4;

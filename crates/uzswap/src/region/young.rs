@@ -25,8 +25,13 @@
 //! smaps, set REF on every mapped chunk of a group whose `Referenced` is
 //! not zero (a chunk read since the last sample keeps its second chance; a
 //! PARTIAL chunk leaves probation as if read again), and clear the bits.
-//! An install sets its pages' bits, so a chunk faulted in since the last
-//! sample is marked too, as its fault already did.
+//! Only chunks already mapped at the last sample count: `UFFDIO_COPY`
+//! installs its pages with the bit set, so a chunk faulted in since holds
+//! the install's bit, not a read's, and a random read's first group,
+//! deliberately left without REF (`evict.rs`, probation), would leave
+//! probation on its install alone. (A chunk evicted and faulted back
+//! between two samples still counts; a whole chunk's fault gave it REF
+//! anyway.)
 //!
 //! Pacing. A mark is worth most just before the hand reaches its chunk, so
 //! samples come [`PER_TURN`] times per turn of the hand over the resident
@@ -76,15 +81,28 @@ pub(super) struct Young {
     state: parking_lot::Mutex<State>,
 }
 
+/// One region's splits and mapped chunks.
+struct Marks {
+    /// The odd groups marked `MADV_DONTDUMP` (a bit each), and how many.
+    split: Vec<u64>,
+    splits: usize,
+    /// The chunks mapped when the last sample cleared the bits (a bit each):
+    /// the only ones whose bits can tell a read.
+    seen: Vec<u64>,
+}
+
+fn bit(v: &[u64], i: usize) -> bool {
+    v[i / 64] & (1 << (i % 64)) != 0
+}
+
 #[derive(Default)]
 struct State {
     last: Option<Instant>,
     interval: Duration,
     /// The hand's `visited` at the last sample.
     visited: u64,
-    /// Per region id, the odd groups marked `MADV_DONTDUMP` (a bit each)
-    /// and how many.
-    marked: HashMap<u32, (Vec<u64>, usize)>,
+    /// Per region id, what the sampler keeps of it.
+    regions: HashMap<u32, Marks>,
     splits: usize,
     /// Most groups to mark (each makes up to two mappings); 0: not read yet.
     max_splits: usize,
@@ -164,10 +182,10 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
     let per = group_chunks(chunk);
     // Regions dropped since: their marks went with their mappings.
     let mut gone = 0;
-    g.marked.retain(|id, (_, n)| {
+    g.regions.retain(|id, m| {
         let keep = regions.iter().any(|r| r.id == *id);
         if !keep {
-            gone += *n;
+            gone += m.splits;
         }
         keep
     });
@@ -179,10 +197,11 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
         }
         let n = r.state.len();
         let groups = n.div_ceil(per);
-        let (bits, count) = g
-            .marked
-            .entry(r.id)
-            .or_insert_with(|| (vec![0u64; groups.div_ceil(64)], 0));
+        let m = g.regions.entry(r.id).or_insert_with(|| Marks {
+            split: vec![0u64; groups.div_ceil(64)],
+            splits: 0,
+            seen: vec![0u64; n.div_ceil(64)],
+        });
         let mut splits = 0;
         for gi in 0..groups {
             let chunks = gi * per..((gi + 1) * per).min(n);
@@ -193,15 +212,15 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
                 continue;
             }
             for o in [gi.wrapping_sub(1), gi, gi + 1] {
-                if o >= groups || o % 2 == 0 || bits[o / 64] & (1 << (o % 64)) != 0 {
+                if o >= groups || o % 2 == 0 || bit(&m.split, o) {
                     continue;
                 }
                 if g.splits + splits >= g.max_splits {
-                    *count += splits;
+                    m.splits += splits;
                     g.splits += splits;
                     return;
                 }
-                bits[o / 64] |= 1 << (o % 64);
+                m.split[o / 64] |= 1 << (o % 64);
                 let first = o * per;
                 let len = (n - first).min(per) * chunk;
                 // SAFETY: inside the region's mapping, live (read-held);
@@ -216,7 +235,7 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
                 splits += 1;
             }
         }
-        *count += splits;
+        m.splits += splits;
         g.splits += splits;
     }
 }
@@ -240,15 +259,37 @@ fn sample(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) -> std::io:
         else {
             continue;
         };
+        let Some(m) = g.regions.get(&r.id) else {
+            continue;
+        };
         let live = r.live.read();
         if !*live {
             continue;
         }
         for ci in (lo - r.base) / chunk..(hi - r.base).div_ceil(chunk) {
+            if !bit(&m.seen, ci) {
+                continue;
+            }
             let w = &r.state[ci];
             let st = chunk::state(w.load(Relaxed));
             if mapped(st) && chunk::transition(w, st, st, 0, REF).is_ok_and(|old| old & REF == 0) {
                 marked += 1;
+            }
+        }
+    }
+    // What is mapped now is what the next sample may count. Noted before
+    // the bits are cleared: a chunk installed after this scan is not in
+    // it, whether its install's bit is cleared below or not; one in it had
+    // that bit cleared below (unless it is evicted and faulted back before
+    // the next sample, the case the module comment allows).
+    for r in regions {
+        let Some(m) = g.regions.get_mut(&r.id) else {
+            continue;
+        };
+        m.seen.fill(0);
+        for (ci, w) in r.state.iter().enumerate() {
+            if mapped(chunk::state(w.load(Relaxed))) {
+                m.seen[ci / 64] |= 1 << (ci % 64);
             }
         }
     }
