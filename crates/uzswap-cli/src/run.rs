@@ -95,8 +95,18 @@ pub struct Args {
     /// more with more resident memory (docs/BENCHMARKS.md, "Accessed bits
     /// from smaps"). Half of the sampled memory is marked `MADV_DONTDUMP`
     /// (it splits the mappings), so a core dump leaves it out.
-    #[arg(long)]
-    pub sample_young: bool,
+    /// `--sample-young` alone is `on`; `--sample-young=auto` samples in
+    /// probes and goes on only while the faults the marks save (measured
+    /// on an eighth of the groups, held out of the marks) are worth the
+    /// samples' time; `off` is the default.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on",
+        value_name = "MODE"
+    )]
+    pub sample_young: Option<uzswap::SampleYoung>,
     /// Count the process's own memory outside regions and the pool
     /// (uzswap's heap and buffers, memory the program keeps outside
     /// regions) against the budget too, as a memory cgroup counts
@@ -349,7 +359,10 @@ pub fn run(a: Args) -> Result<()> {
         ),
         ("UZSWAP_NO_INHERIT", a.no_inherit.then(|| "1".into())),
         ("UZSWAP_FORK_INSTANCE", a.fork_instance.then(|| "1".into())),
-        ("UZSWAP_SAMPLE_YOUNG", a.sample_young.then(|| "1".into())),
+        (
+            "UZSWAP_SAMPLE_YOUNG",
+            a.sample_young.map(|m| m.as_str().into()),
+        ),
         ("UZSWAP_OWN_MEMORY", a.count_own.then(|| "1".into())),
         ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),
         (

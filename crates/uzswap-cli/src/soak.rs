@@ -98,8 +98,15 @@ pub struct Args {
     pub json: bool,
     /// Sample the kernel's accessed bits (`Config::sample_young`) while the
     /// workers run: the splits and marks under every path the soak takes.
-    #[arg(long)]
-    pub sample_young: bool,
+    /// Off, auto, or on (the flag alone).
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on",
+        value_name = "MODE"
+    )]
+    pub sample_young: Option<uzswap::SampleYoung>,
 }
 
 /// A duration: seconds, or a number with the suffix s, m or h; above 0 and
@@ -624,7 +631,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Handler::Signal => HandlerMode::Signal,
             Handler::Auto => HandlerMode::Auto,
         },
-        sample_young: args.sample_young,
+        sample_young: args.sample_young.unwrap_or_default(),
         ..Config::default()
     };
     cfg.zswap.compressor = args.compressor.clone();
@@ -778,7 +785,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     line("pages written back", z.written_back_pages);
     line("pages read from device", z.pswpin);
     line("budget overruns", s.budget_overruns);
-    if args.sample_young {
+    if s.young_mode != uzswap::SampleYoung::Off {
         line("accessed-bit samples", s.young_samples);
         line("chunks they marked", s.young_marked);
     }
@@ -794,7 +801,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "regions": args.regions,
             "threads": args.threads,
             "handler": format!("{:?}", args.handler).to_lowercase(),
-            "sample_young": args.sample_young,
+            "sample_young": s.young_mode != uzswap::SampleYoung::Off,
+            "sample_young_mode": s.young_mode.as_str(),
             "page_ops": ops,
             "page_ops_per_sec": ops as f64 / secs,
             "loads": c.loads.load(Relaxed),

@@ -18,7 +18,7 @@
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
 //! | `UZSWAP_HANDLER` | `auto` (default: `block` where /dev/userfaultfd opens, else `signal`), `block`, `spin[:µs]` or `signal`: how faults are resolved |
 //! | `UZSWAP_BIND_HANDLERS` | `0`: leave handler threads unbound (`Config::bind_handlers`) |
-//! | `UZSWAP_SAMPLE_YOUNG` | `1`: read the kernel's accessed bits of resident memory (`Config::sample_young`) |
+//! | `UZSWAP_SAMPLE_YOUNG` | `off`, `auto` or `on` (`1`): read the kernel's accessed bits of resident memory (`Config::sample_young`); unset: the library's default |
 
 use std::path::PathBuf;
 
@@ -47,7 +47,7 @@ pub struct Config {
     /// Handler threads bound to CPUs (`UZSWAP_BIND_HANDLERS`, default on).
     pub bind_handlers: bool,
     /// Accessed bits sampled from smaps (`UZSWAP_SAMPLE_YOUNG`).
-    pub sample_young: bool,
+    pub sample_young: uzswap::SampleYoung,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -131,7 +131,10 @@ impl Config {
             handler: handler()?,
             count_own_memory: var("UZSWAP_OWN_MEMORY").is_some_and(|v| v != "0"),
             bind_handlers: var("UZSWAP_BIND_HANDLERS").is_none_or(|v| v != "0"),
-            sample_young: var("UZSWAP_SAMPLE_YOUNG").is_some_and(|v| v != "0"),
+            sample_young: var("UZSWAP_SAMPLE_YOUNG")
+                .map(|v| v.parse().map_err(|e| format!("UZSWAP_SAMPLE_YOUNG: {e}")))
+                .transpose()?
+                .unwrap_or_default(),
         }))
     }
 

@@ -19,7 +19,8 @@ pub mod zswap;
 
 pub use pattern::Pattern;
 pub use region::{
-    Advice, Config as UzswapConfig, HandlerMode, Region, RegionError, Uzswap, UzswapStats,
+    Advice, Config as UzswapConfig, HandlerMode, Region, RegionError, SampleYoung, Uzswap,
+    UzswapStats,
 };
 pub use zswap::{LoadMode, SwapEntry, Zswap, ZswapConfig, ZswapStats};
 

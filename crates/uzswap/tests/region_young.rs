@@ -6,7 +6,7 @@
 //! faulted) and the hot set not, and evicts it every turn.
 
 use std::time::Duration;
-use uzswap::region::{Config, Uzswap};
+use uzswap::region::{Config, SampleYoung, Uzswap};
 use uzswap::Pattern;
 
 mod common;
@@ -34,7 +34,8 @@ const STREAM: usize = 64;
 
 /// The hot set's faults in the last rounds (after a warm-up), and the
 /// instance's figures.
-fn hot_faults(sample_young: bool) -> Option<(u64, uzswap::region::UzswapStats)> {
+fn hot_faults(sample_young: SampleYoung) -> Option<(u64, uzswap::region::UzswapStats)> {
+    let hot = HOT;
     let _one = serial();
     let uz: Uzswap = instance(Config {
         budget: 8 << 20,
@@ -55,11 +56,11 @@ fn hot_faults(sample_young: bool) -> Option<(u64, uzswap::region::UzswapStats)> 
             "page {i}"
         )
     };
-    let mut next = HOT;
+    let mut next = hot;
     let mut late = 0;
     for round in 0..ROUNDS {
         let before = uz.stats().pgmajfault;
-        (0..HOT * PER).for_each(check);
+        (0..hot * PER).for_each(check);
         if round >= ROUNDS / 2 {
             late += uz.stats().pgmajfault - before;
         }
@@ -68,7 +69,7 @@ fn hot_faults(sample_young: bool) -> Option<(u64, uzswap::region::UzswapStats)> 
         std::thread::sleep(Duration::from_millis(40));
         for _ in 0..STREAM {
             (next * PER..(next + 1) * PER).for_each(check);
-            next = if next + 1 == CHUNKS { HOT } else { next + 1 };
+            next = if next + 1 == CHUNKS { hot } else { next + 1 };
         }
     }
     let st = uz.stats();
@@ -78,17 +79,21 @@ fn hot_faults(sample_young: bool) -> Option<(u64, uzswap::region::UzswapStats)> 
         check(i);
     }
     eprintln!(
-        "sample_young {sample_young}: the hot set faulted {late} times in the last {} rounds \
-         ({} samples)",
+        "sample_young {sample_young:?}, {hot} hot chunks: the hot set faulted {late} times in the \
+         last {} rounds ({} samples, {} windows, {} unpaid, {} us saved of {} us)",
         ROUNDS / 2,
-        st.young_samples
+        st.young_samples,
+        st.young_windows,
+        st.young_windows_unpaid,
+        st.young_saved_us,
+        st.young_us
     );
     Some((late, st))
 }
 
 #[test]
 fn a_hot_set_read_without_faults_stays_when_accessed_bits_are_sampled() {
-    let Some((late, st)) = hot_faults(true) else {
+    let Some((late, st)) = hot_faults(SampleYoung::On) else {
         return;
     };
     assert!(st.young_samples > 0 && st.young_splits > 0, "{st:?}");
@@ -107,7 +112,7 @@ fn a_hot_set_read_without_faults_stays_when_accessed_bits_are_sampled() {
 /// above measures the samples, not a workload the CLOCK handles anyway.
 #[test]
 fn without_samples_the_hot_set_is_evicted() {
-    let Some((late, st)) = hot_faults(false) else {
+    let Some((late, st)) = hot_faults(SampleYoung::Off) else {
         return;
     };
     assert_eq!(st.young_samples, 0, "{st:?}");
@@ -130,7 +135,7 @@ fn a_random_reads_install_is_not_taken_for_a_second_read() {
         budget: 8 << 20,
         folio_order: ORDER,
         writeback: None,
-        sample_young: true,
+        sample_young: SampleYoung::On,
         ..Config::default()
     }) else {
         return;
@@ -174,4 +179,149 @@ fn a_random_reads_install_is_not_taken_for_a_second_read() {
     for i in 0..COLD * PER {
         check(i);
     }
+}
+
+/// A hot set read over and over by one thread while another streams
+/// `STREAMED` whole chunks through the rest of the region: the faults of
+/// the run (the stream's are the same whatever the mode) and the
+/// instance's figures.
+fn reader_and_stream(mode: SampleYoung) -> Option<(u64, uzswap::region::UzswapStats)> {
+    // 8 MiB hot of a 16 MiB budget.
+    const HOT: usize = 128;
+    const STREAMED: usize = 3000;
+    let _one = serial();
+    let uz: Uzswap = instance(Config {
+        budget: 16 << 20,
+        folio_order: ORDER,
+        writeback: None,
+        sample_young: mode,
+        ..Config::default()
+    })?;
+    let r = uz.region(CHUNKS * uz.chunk_bytes()).unwrap();
+    for i in 0..CHUNKS * PER {
+        Pattern::Same.fill(i as u64, SEED, page(&r, i));
+    }
+    let check = |i: usize| {
+        assert!(
+            Pattern::Same.verify(i as u64, SEED, page(&r, i)),
+            "page {i}"
+        )
+    };
+    let before = uz.stats().pgmajfault;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                (0..HOT * PER).for_each(check);
+            }
+        });
+        let mut next = HOT;
+        for _ in 0..STREAMED {
+            (next * PER..(next + 1) * PER).for_each(check);
+            // At the pace of a program that works on what it reads: the
+            // hand turns in tens of milliseconds, where samples come.
+            std::thread::sleep(Duration::from_micros(500));
+            next = if next + 1 == CHUNKS { HOT } else { next + 1 };
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let st = uz.stats();
+    assert_eq!(st.fault_errors, 0, "{st:?}");
+    let faults = st.pgmajfault - before;
+    eprintln!(
+        "{mode:?}: {faults} faults ({} samples, {} windows, {} unpaid, {} us saved of {} us)",
+        st.young_samples, st.young_windows, st.young_windows_unpaid, st.young_saved_us, st.young_us
+    );
+    Some((faults, st))
+}
+
+/// `auto` where the marks save faults: a chunk of the hot set read in one
+/// interval between samples is read in the next, a streamed one is not, and
+/// the hot set is large enough that the faults its marks save cost more
+/// than the samples. `auto` samples on, and the hot set stays, as with `on`.
+#[test]
+fn auto_samples_on_where_the_marks_save_faults() {
+    let Some((auto, st)) = reader_and_stream(SampleYoung::Auto) else {
+        return;
+    };
+    let Some((off, _)) = reader_and_stream(SampleYoung::Off) else {
+        return;
+    };
+    assert_eq!(st.young_mode, SampleYoung::Auto);
+    // Windows are judged on the held-out chunks (an eighth of the hot
+    // set's groups a window), whose evictions are few here: some windows
+    // go unpaid, but never two in a row (that would pause the samples and
+    // the faults would not fall).
+    assert!(
+        st.young_windows >= 2 && st.young_windows_unpaid < st.young_windows,
+        "{st:?}"
+    );
+    assert!(st.young_saved_us > 0, "{st:?}");
+    assert!(
+        auto * 4 < off * 3,
+        "{auto} faults sampled in auto, {off} unsampled: {st:?}"
+    );
+}
+
+/// Reads the marks cannot tell apart: pages read at random over four
+/// times the budget, so a resident chunk read between two samples is no
+/// likelier to be read between the next two than one that was not: an
+/// evicted read chunk comes back as often as an unread one, and no mark
+/// saves a fault, however many there are. `auto` judges its first two
+/// windows unpaid and pauses; `on` samples all along.
+#[test]
+fn auto_pauses_where_reads_are_uniform() {
+    let run = |mode: SampleYoung| {
+        let _one = serial();
+        let uz = instance(Config {
+            budget: 8 << 20,
+            folio_order: ORDER,
+            writeback: None,
+            sample_young: mode,
+            ..Config::default()
+        })?;
+        let r = uz.region(CHUNKS * uz.chunk_bytes()).unwrap();
+        for i in 0..CHUNKS * PER {
+            Pattern::Same.fill(i as u64, SEED, page(&r, i));
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            for _ in 0..256 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x % (CHUNKS * PER) as u64) as usize;
+                assert!(
+                    Pattern::Same.verify(i as u64, SEED, page(&r, i)),
+                    "page {i}"
+                );
+            }
+        }
+        let st = uz.stats();
+        assert_eq!(st.fault_errors, 0, "{st:?}");
+        eprintln!(
+            "{mode:?}: {} samples, {} windows, {} unpaid, {} us saved of {} us",
+            st.young_samples,
+            st.young_windows,
+            st.young_windows_unpaid,
+            st.young_saved_us,
+            st.young_us
+        );
+        Some(st)
+    };
+    let Some(auto) = run(SampleYoung::Auto) else {
+        return;
+    };
+    let Some(on) = run(SampleYoung::On) else {
+        return;
+    };
+    assert!(auto.young_windows_unpaid >= 2, "{auto:?}");
+    assert_eq!(on.young_windows, 0, "on judges no window: {on:?}");
+    assert!(
+        auto.young_samples * 2 <= on.young_samples,
+        "auto sampled {} times, on {}",
+        auto.young_samples,
+        on.young_samples
+    );
 }

@@ -57,6 +57,15 @@ pub const DIRTY: u32 = 1 << 24;
 /// copy and lifts the whole chunk's protection (RESIDENT), as on CLEAN:
 /// the chunk came in whole and is used whole. Set and cleared with PART.
 pub const KEPT: u32 = 1 << 25;
+/// The accessed-bit sampler's tags (`young.rs`, `auto`): at its last
+/// sample the chunk was mapped and read but left unmarked, held out to
+/// measure what a mark saves (HELD), or mapped and not read (IDLE). Set
+/// and cleared only by the sampler, by a compare-and-swap that keeps the
+/// state; they ride through every state change, so the chunk's eviction
+/// and the faults that bring it back count against its tag.
+pub const HELD: u32 = 1 << 26;
+pub const IDLE: u32 = 1 << 27;
+pub const TAGS: u32 = HELD | IDLE;
 /// Pinned resident (`pin.rs`): a system call is using its memory, or the
 /// program made part of it inaccessible (`mprotect`). The evictor never
 /// takes a pinned chunk; a fault still brings it in. The flag rides

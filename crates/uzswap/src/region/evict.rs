@@ -1386,6 +1386,7 @@ fn stored_now(sh: &Shared, r: &RegionInner, ci: usize, mask: u16) {
     r.shadow[ci].store(now as u32, Relaxed);
     r.evicted[ci].store(mask, Relaxed);
     sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
+    super::young::evicted(sh, r.state[ci].load(Relaxed));
     // A parked writer retries, takes a missing fault and is served from
     // the copy just stored.
     let clear = REF | ACTIVE | REJECTED | PART_BITS;

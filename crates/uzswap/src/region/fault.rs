@@ -772,6 +772,7 @@ fn install(
     let flags = workingset_refault(sh, r, ci, None);
     if !prefetch {
         sh.ctr.pgmajfault.fetch_add(1, Relaxed);
+        super::young::faulted(sh, r, ci);
     } else {
         sh.ctr.prefetched.fetch_add(1, Relaxed);
     }
@@ -1134,6 +1135,7 @@ fn install_group(
     }
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.faults_partial.fetch_add(1, Relaxed);
+    super::young::faulted(sh, r, ci);
     let bytes = (g * PAGE_SIZE) as u64;
     sh.resident.fetch_add(bytes, Relaxed);
     let woke = wake_on_copy(sh);
@@ -1224,6 +1226,7 @@ fn fill(
     }
     sh.ctr.pgmajfault.fetch_add(1, Relaxed);
     sh.ctr.partial_filled.fetch_add(1, Relaxed);
+    super::young::faulted(sh, r, ci);
     let more = (parts.iter().map(|p| p.len()).sum::<usize>() * PAGE_SIZE) as u64;
     sh.resident.fetch_add(more, Relaxed);
     for part in &parts {

@@ -61,6 +61,12 @@ impl Histogram {
         self.max_ns.fetch_max(ns, Relaxed);
     }
 
+    /// The mean of the samples in nanoseconds, if there are any.
+    pub fn mean_ns(&self) -> Option<u64> {
+        let count: u64 = self.buckets.iter().map(|b| b.load(Relaxed)).sum();
+        (count > 0).then(|| self.sum_ns.load(Relaxed) / count)
+    }
+
     pub fn summary(&self) -> LatencySummary {
         let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
         let count: u64 = counts.iter().sum();

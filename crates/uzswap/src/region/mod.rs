@@ -363,9 +363,51 @@ pub struct Config {
     /// read since the last sample, whose chunks then keep their REF. Costs
     /// the samples (milliseconds each, growing with resident memory), and
     /// pays where a read-mostly hot set sits apart from data streamed
-    /// through; off by default (docs/BENCHMARKS.md, "Accessed bits from
-    /// smaps").
-    pub sample_young: bool,
+    /// through (docs/BENCHMARKS.md, "Accessed bits from smaps"); `Auto`
+    /// samples while the faults the marks save are judged worth more than
+    /// the samples cost.
+    pub sample_young: SampleYoung,
+}
+
+/// Whether the evictor samples the kernel's accessed bits (`young.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SampleYoung {
+    /// Never: a chunk's only references are its faults.
+    #[default]
+    Off,
+    /// In probes of a few turns of the CLOCK hand; sampling goes on while
+    /// the faults its marks are estimated to save cost more than the
+    /// samples, and otherwise stops for a while that doubles each time a
+    /// probe does not pay.
+    Auto,
+    /// Always, paced by the hand.
+    On,
+}
+
+impl SampleYoung {
+    /// The mode's name, as `FromStr` reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleYoung::Off => "off",
+            SampleYoung::Auto => "auto",
+            SampleYoung::On => "on",
+        }
+    }
+}
+
+impl std::str::FromStr for SampleYoung {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" | "0" | "false" | "no" => Ok(SampleYoung::Off),
+            "auto" => Ok(SampleYoung::Auto),
+            "on" | "1" | "true" | "yes" => Ok(SampleYoung::On),
+            _ => Err(format!(
+                "unknown accessed-bit sampling mode {s:?} (off, auto, on)"
+            )),
+        }
+    }
 }
 
 /// The swap device the instance writes back to.
@@ -465,7 +507,7 @@ impl Default for Config {
             trim_own_heap: false,
             defer_register: true,
             user_mode_only: false,
-            sample_young: false,
+            sample_young: SampleYoung::default(),
         }
     }
 }
@@ -556,6 +598,14 @@ pub struct UzswapStats {
     pub young_us: u64,
     pub young_marked: u64,
     pub young_splits: u64,
+    /// The sampler's mode (`Config::sample_young`); of its windows of
+    /// samples judged (`young.rs`), those that did not pay (each stopped
+    /// sampling for a while in `auto`); and the fault time its marks are
+    /// estimated to have saved, in microseconds.
+    pub young_mode: SampleYoung,
+    pub young_windows: u64,
+    pub young_windows_unpaid: u64,
+    pub young_saved_us: u64,
     /// Fault events already resolved by the time they were read.
     pub faults_stale: u64,
     /// Faults a handler resolved for a registered thread on another CPU,
@@ -1519,6 +1569,10 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         young_us: g(&sh.young_ctr.sample_ns) / 1000,
         young_marked: g(&sh.young_ctr.marked),
         young_splits: g(&sh.young_ctr.splits),
+        young_mode: sh.cfg.sample_young,
+        young_windows: g(&sh.young_ctr.windows),
+        young_windows_unpaid: g(&sh.young_ctr.windows_unpaid),
+        young_saved_us: g(&sh.young_ctr.saved_ns) / 1000,
         faults_stale: g(&c.faults_stale),
         faults_remote: sh.locality.remote(),
         handler_standbys: sh.locality.standbys(),

@@ -114,9 +114,16 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "block")]
     pub uzswap_handler: crate::usemem::Handler,
     /// uzswap cells sample the kernel's accessed bits (`uzswap run
-    /// --sample-young`).
-    #[arg(long)]
-    pub sample_young: bool,
+    /// --sample-young MODE`): off, auto, or on (the flag alone); unset:
+    /// the runner's default.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on",
+        value_name = "MODE"
+    )]
+    pub sample_young: Option<uzswap::SampleYoung>,
     /// Folio size: uzswap's chunk, and the kernel cells' mTHP size.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
@@ -457,8 +464,8 @@ impl Ctx<'_> {
                     wrapper.push(v.into());
                 }
             }
-            if a.sample_young {
-                wrapper.push("--sample-young".into());
+            if let Some(m) = a.sample_young {
+                wrapper.push(format!("--sample-young={}", m.as_str()).into());
             }
             wrapper.push("--stats".into());
             wrapper.push(stats.clone().into());
@@ -1458,7 +1465,8 @@ pub fn run(a: Args) -> Result<()> {
                 "repeat": a.repeat,
                 "compressor": a.compressor,
                 "uzswap_handler": handler_name(a.uzswap_handler),
-                "sample_young": a.sample_young,
+                "sample_young": a.sample_young == Some(uzswap::SampleYoung::On),
+                "sample_young_mode": a.sample_young.unwrap_or_default().as_str(),
                 "folio_bytes": a.folio,
                 "kernel_cells": cols.iter().map(|c| c.label.clone()).collect::<Vec<_>>(),
                 "fit_tolerance": a.fit_tolerance,
