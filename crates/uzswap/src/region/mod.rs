@@ -606,6 +606,13 @@ pub struct UzswapStats {
     pub young_windows: u64,
     pub young_windows_unpaid: u64,
     pub young_saved_us: u64,
+    /// `auto`'s measure (`young.rs`): evictions of chunks held out of the
+    /// marks while read, and the faults they took within a turn of the
+    /// hand; the same of chunks not read.
+    pub young_evicted_held: u64,
+    pub young_faults_held: u64,
+    pub young_evicted_idle: u64,
+    pub young_faults_idle: u64,
     /// Fault events already resolved by the time they were read.
     pub faults_stale: u64,
     /// Faults a handler resolved for a registered thread on another CPU,
@@ -1573,6 +1580,10 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         young_windows: g(&sh.young_ctr.windows),
         young_windows_unpaid: g(&sh.young_ctr.windows_unpaid),
         young_saved_us: g(&sh.young_ctr.saved_ns) / 1000,
+        young_evicted_held: g(&sh.young_ctr.evicted_held),
+        young_faults_held: g(&sh.young_ctr.faults_held),
+        young_evicted_idle: g(&sh.young_ctr.evicted_idle),
+        young_faults_idle: g(&sh.young_ctr.faults_idle),
         faults_stale: g(&c.faults_stale),
         faults_remote: sh.locality.remote(),
         handler_standbys: sh.locality.standbys(),

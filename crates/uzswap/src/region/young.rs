@@ -231,10 +231,10 @@ pub(super) struct YoungCounters {
     pub windows: AtomicU64,
     pub windows_unpaid: AtomicU64,
     pub saved_ns: AtomicU64,
-    evicted_held: AtomicU64,
-    faults_held: AtomicU64,
-    evicted_idle: AtomicU64,
-    faults_idle: AtomicU64,
+    pub evicted_held: AtomicU64,
+    pub faults_held: AtomicU64,
+    pub evicted_idle: AtomicU64,
+    pub faults_idle: AtomicU64,
 }
 
 impl YoungCounters {
