@@ -55,6 +55,21 @@ typedef enum uzswap_handler {
     UZSWAP_HANDLER_AUTO = 2,
 } uzswap_handler_t;
 
+/* Whether the evictor reads the kernel's accessed bits of resident region
+ * memory (from /proc/self/smaps), so that memory read often without
+ * faulting is kept: the resident parts of regions are split into mappings
+ * of 256 KiB, half of them marked MADV_DONTDUMP (core dumps leave them
+ * out). Pays where a read-mostly hot set sits apart from data streamed
+ * through; each sample costs milliseconds, more with more resident memory. */
+typedef enum uzswap_sample_young {
+    UZSWAP_SAMPLE_YOUNG_OFF = 0,  /* never (the default) */
+    /* In probes, going on only while the faults the marks save (measured
+     * on an eighth of the memory held out of them) are worth the samples'
+     * time. */
+    UZSWAP_SAMPLE_YOUNG_AUTO = 1,
+    UZSWAP_SAMPLE_YOUNG_ON = 2,   /* always, paced by the eviction CLOCK */
+} uzswap_sample_young_t;
+
 /* Instance settings. Always start from uzswap_config_default(), which sets
  * `size`, so a program built against an older header keeps working with a
  * newer library (fields added later take their defaults). */
@@ -75,6 +90,8 @@ typedef struct uzswap_config {
     const char *writeback_remote; /* "redis://HOST:PORT[,HOST:PORT...]": write back to Redis
                                      (a cluster with more than one node) instead of a swap
                                      file; always sealed. NULL = the swap file */
+    /* Version 4: */
+    uzswap_sample_young_t sample_young; /* default UZSWAP_SAMPLE_YOUNG_OFF */
 } uzswap_config_t;
 
 /* Advice for uzswap_advise. */

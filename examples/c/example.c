@@ -38,6 +38,8 @@ int main(void)
     uzswap_config_t cfg;
     uzswap_config_default(&cfg);
     cfg.budget = BUDGET;
+    /* Keep memory read often without faulting, where the samples pay. */
+    cfg.sample_young = UZSWAP_SAMPLE_YOUNG_AUTO;
 
     uzswap_t *uz = NULL;
     int rc = uzswap_new(&cfg, &uz);

@@ -14,7 +14,9 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use uzswap_core::region::{Advice, Config, HandlerMode, Region, RegionError, Uzswap, Writeback};
+use uzswap_core::region::{
+    Advice, Config, HandlerMode, Region, RegionError, SampleYoung, Uzswap, Writeback,
+};
 use uzswap_core::swap::SwapError;
 use uzswap_core::zswap::ZswapError;
 
@@ -32,14 +34,18 @@ pub const UZSWAP_HANDLER_BLOCK: c_int = 0;
 pub const UZSWAP_HANDLER_SIGNAL: c_int = 1;
 pub const UZSWAP_HANDLER_AUTO: c_int = 2;
 
+pub const UZSWAP_SAMPLE_YOUNG_OFF: c_int = 0;
+pub const UZSWAP_SAMPLE_YOUNG_AUTO: c_int = 1;
+pub const UZSWAP_SAMPLE_YOUNG_ON: c_int = 2;
+
 pub const UZSWAP_ADVICE_COLD: c_int = 1;
 pub const UZSWAP_ADVICE_PAGEOUT: c_int = 2;
 pub const UZSWAP_ADVICE_WILLNEED: c_int = 3;
 
-/// `uzswap_config_t`, field for field. Version 3; later versions only add
+/// `uzswap_config_t`, field for field. Version 4; later versions only add
 /// fields at the end, and `size` says which version the caller filled in
 /// (version 1 ended before `writeback_plain`, version 2 before
-/// `writeback_remote`).
+/// `writeback_remote`, version 3 before `sample_young`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct UzswapConfigC {
@@ -59,12 +65,16 @@ pub struct UzswapConfigC {
     /// Version 3. `redis://HOST:PORT[,HOST:PORT...]`: write back to Redis
     /// (the far tier) instead of a swap file; NULL: the file.
     pub writeback_remote: *const c_char,
+    /// Version 4. `uzswap_sample_young_t` (`Config::sample_young`).
+    pub sample_young: c_int,
 }
 
 /// The `size` of a version-1 config: everything before `writeback_plain`.
 const V1_SIZE: usize = std::mem::offset_of!(UzswapConfigC, writeback_plain);
 /// The `size` of a version-2 config (its `sizeof`, padding included).
 const V2_SIZE: usize = std::mem::offset_of!(UzswapConfigC, writeback_remote);
+/// The `size` of a version-3 config.
+const V3_SIZE: usize = std::mem::offset_of!(UzswapConfigC, sample_young);
 
 /// A `size` above this is not a config struct of any version: most likely
 /// the caller did not start from `uzswap_config_default`.
@@ -176,6 +186,11 @@ fn default_c_config() -> UzswapConfigC {
         writeback_dir: std::ptr::null(),
         writeback_plain: (!d.zswap.writeback_encrypted) as u8,
         writeback_remote: std::ptr::null(),
+        sample_young: match d.sample_young {
+            SampleYoung::Off => UZSWAP_SAMPLE_YOUNG_OFF,
+            SampleYoung::Auto => UZSWAP_SAMPLE_YOUNG_AUTO,
+            SampleYoung::On => UZSWAP_SAMPLE_YOUNG_ON,
+        },
     }
 }
 
@@ -188,7 +203,7 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
     let ours = std::mem::size_of::<UzswapConfigC>();
     // SAFETY: every version starts with `size`, so it can always be read.
     let size = unsafe { std::ptr::addr_of!((*p).size).read_unaligned() };
-    if (size != V1_SIZE && size != V2_SIZE && size < ours) || size > MAX_CONFIG_SIZE {
+    if (![V1_SIZE, V2_SIZE, V3_SIZE].contains(&size) && size < ours) || size > MAX_CONFIG_SIZE {
         return Err(err(
             UZSWAP_EINVAL,
             format!(
@@ -237,6 +252,20 @@ unsafe fn read_config(p: *const UzswapConfigC) -> Result<Config, Error> {
                 format!(
                     "handler {h} is none of UZSWAP_HANDLER_BLOCK (0), UZSWAP_HANDLER_SIGNAL (1), \
                      UZSWAP_HANDLER_AUTO (2)"
+                ),
+            ))
+        }
+    };
+    cfg.sample_young = match c.sample_young {
+        UZSWAP_SAMPLE_YOUNG_OFF => SampleYoung::Off,
+        UZSWAP_SAMPLE_YOUNG_AUTO => SampleYoung::Auto,
+        UZSWAP_SAMPLE_YOUNG_ON => SampleYoung::On,
+        v => {
+            return Err(err(
+                UZSWAP_EINVAL,
+                format!(
+                    "sample_young {v} is none of UZSWAP_SAMPLE_YOUNG_OFF (0), \
+                     UZSWAP_SAMPLE_YOUNG_AUTO (1), UZSWAP_SAMPLE_YOUNG_ON (2)"
                 ),
             ))
         }
@@ -558,6 +587,26 @@ mod tests {
     }
 
     #[test]
+    fn the_sampler_mode_is_read_and_checked() {
+        let mut c = default_c_config();
+        assert_eq!(c.sample_young, UZSWAP_SAMPLE_YOUNG_OFF);
+        for (v, want) in [
+            (UZSWAP_SAMPLE_YOUNG_OFF, SampleYoung::Off),
+            (UZSWAP_SAMPLE_YOUNG_AUTO, SampleYoung::Auto),
+            (UZSWAP_SAMPLE_YOUNG_ON, SampleYoung::On),
+        ] {
+            c.sample_young = v;
+            // SAFETY: a whole config of this version.
+            assert_eq!(unsafe { read_config(&c) }.unwrap().sample_young, want);
+        }
+        c.sample_young = 3;
+        // SAFETY: as above.
+        let e = unsafe { read_config(&c) }.unwrap_err();
+        assert_eq!(e.code, UZSWAP_EINVAL);
+        assert!(e.msg.contains("sample_young"), "{}", e.msg);
+    }
+
+    #[test]
     fn writeback_is_sealed_unless_the_caller_asks_for_plain() {
         let mut c = default_c_config();
         assert_eq!(c.writeback_plain, 0);
@@ -590,6 +639,13 @@ mod tests {
         let cfg = unsafe { read_config(&c) }.unwrap();
         assert!(cfg.writeback.unwrap().remote.is_none());
         assert!(!cfg.zswap.writeback_encrypted);
+        // Version 3: the remote target read, the sampler left off.
+        c.size = V3_SIZE;
+        c.sample_young = UZSWAP_SAMPLE_YOUNG_ON;
+        // SAFETY: at least `V3_SIZE` bytes are readable at `&c`.
+        let cfg = unsafe { read_config(&c) }.unwrap();
+        assert!(cfg.writeback.unwrap().remote.is_some());
+        assert_eq!(cfg.sample_young, SampleYoung::Off);
         // Between versions: not a size of any version.
         c.size = V1_SIZE + 1;
         // SAFETY: as above.

@@ -12,8 +12,10 @@ fn repo_root() -> PathBuf {
 
 /// libuzswap.a of this build. The test binary is
 /// `<target>/<profile>/deps/<name>-<hash>`, and cargo built this crate's
-/// library (all its crate types) before it, into `deps/` and copied it up
-/// to `<target>/<profile>/`, wherever the target directory is.
+/// library (all its crate types) before it, into `deps/`, and copies it up
+/// to `<target>/<profile>/` on a `cargo build`, wherever the target
+/// directory is. The newer of the two: a `cargo test` after a change
+/// rebuilds `deps/` but leaves the copy as the last build made it.
 fn staticlib() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test binary has a directory");
@@ -24,7 +26,9 @@ fn staticlib() -> PathBuf {
     candidates
         .into_iter()
         .flatten()
-        .find(|p| p.is_file())
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
         .unwrap_or_else(|| panic!("libuzswap.a not found next to {}", deps.display()))
 }
 
@@ -71,6 +75,7 @@ fn c_example_builds_runs_and_verifies() {
         .unwrap_or_else(|| panic!("no stats JSON in the output:\n{stdout}"));
     let stats: serde_json::Value = serde_json::from_str(json).expect("stats line is JSON");
     assert_eq!(stats["budget_bytes"], 8u64 << 20, "{json}");
+    assert_eq!(stats["young_mode"], "auto", "{json}");
     // 32 MiB through 8 MiB, then paged out: chunks were evicted, and read
     // back from the pool or the device.
     assert!(stats["evicted_chunks"].as_u64().unwrap() > 0, "{json}");
