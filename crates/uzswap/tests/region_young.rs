@@ -210,9 +210,18 @@ fn reader_and_stream(mode: SampleYoung) -> Option<(u64, uzswap::region::UzswapSt
     let before = uz.stats().pgmajfault;
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
+        // The hot set read a page at a time in a scattered order, as
+        // sort reads its lines' text: an evicted hot chunk comes back a
+        // page per fault.
         s.spawn(|| {
+            let mut x = 1u64;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                (0..HOT * PER).for_each(check);
+                for _ in 0..HOT * PER {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    check((x >> 33) as usize % (HOT * PER));
+                }
             }
         });
         let mut next = HOT;
@@ -229,18 +238,31 @@ fn reader_and_stream(mode: SampleYoung) -> Option<(u64, uzswap::region::UzswapSt
     assert_eq!(st.fault_errors, 0, "{st:?}");
     let faults = st.pgmajfault - before;
     eprintln!(
-        "{mode:?}: {faults} faults ({} samples, {} windows, {} unpaid, {} us saved of {} us)",
-        st.young_samples, st.young_windows, st.young_windows_unpaid, st.young_saved_us, st.young_us
+        "{mode:?}: {faults} faults ({} samples, {} windows, {} unpaid, {} us saved of {} us; \
+         held {}/{}, idle {}/{}; fault {:.1} us)",
+        st.young_samples,
+        st.young_windows,
+        st.young_windows_unpaid,
+        st.young_saved_us,
+        st.young_us,
+        st.young_faults_held,
+        st.young_evicted_held,
+        st.young_faults_idle,
+        st.young_evicted_idle,
+        st.fault_latency_us.mean
     );
     Some((faults, st))
 }
 
-/// `auto` where the marks save faults: a chunk of the hot set read in one
-/// interval between samples is read in the next, a streamed one is not, and
-/// the hot set is large enough that the faults its marks save cost more
-/// than the samples. `auto` samples on, and the hot set stays, as with `on`.
+/// `auto` on a hot set read at random between streamed data: its samples
+/// keep the hot set as `on`'s do while they run (the first two windows at
+/// least), and the faults fall by half. Whether it then samples on is the
+/// estimate's call, and the estimate is low here: it counts one fault per
+/// eviction a mark moves (the held-out chunks' rate), where each hot chunk
+/// evicted also made room for the next by evicting another hot one
+/// (16.5 k faults unsampled, 6-9 k with `auto`, about 1 k estimated saved).
 #[test]
-fn auto_samples_on_where_the_marks_save_faults() {
+fn auto_keeps_a_hot_set_while_it_samples() {
     let Some((auto, st)) = reader_and_stream(SampleYoung::Auto) else {
         return;
     };
@@ -248,17 +270,16 @@ fn auto_samples_on_where_the_marks_save_faults() {
         return;
     };
     assert_eq!(st.young_mode, SampleYoung::Auto);
-    // Windows are judged on the held-out chunks (an eighth of the hot
-    // set's groups a window), whose evictions are few here: some windows
-    // go unpaid, but never two in a row (that would pause the samples and
-    // the faults would not fall).
+    assert!(st.young_windows >= 2, "{st:?}");
+    // The held-out read chunks were evicted and came back; the streamed
+    // ones did not, within a turn.
     assert!(
-        st.young_windows >= 2 && st.young_windows_unpaid < st.young_windows,
+        st.young_faults_held * st.young_evicted_idle.max(1)
+            > 4 * st.young_faults_idle * st.young_evicted_held.max(1),
         "{st:?}"
     );
-    assert!(st.young_saved_us > 0, "{st:?}");
     assert!(
-        auto * 4 < off * 3,
+        auto * 3 < off * 2,
         "{auto} faults sampled in auto, {off} unsampled: {st:?}"
     );
 }

@@ -186,8 +186,9 @@ impl Tagged {
 struct Window {
     samples: u32,
     cost: Duration,
-    /// Marks that set REF on a chunk with neither REF nor ACTIVE: each
-    /// spares the chunk at the hand's next visit.
+    /// Marks that set REF on a chunk without it: each spares the chunk one
+    /// visit of the hand (which clears REF before ACTIVE, so a mark on an
+    /// ACTIVE chunk buys a visit too).
     spared: u64,
     /// The counters at the window's start.
     start: Tagged,
@@ -334,7 +335,7 @@ pub(super) fn maybe_sample(sh: &Shared) {
         g.window.start = sh.young_ctr.tagged();
     }
     let hold = (mode == SampleYoung::Auto).then_some(g.windows);
-    let (marked, spared) = match sample(&mut g, &regions, sh.chunk, stale, hold) {
+    let marked = match sample(&mut g, &regions, sh.chunk, stale, hold) {
         Ok(t) => t,
         Err(e) => {
             g.broken = true;
@@ -353,7 +354,7 @@ pub(super) fn maybe_sample(sh: &Shared) {
     let w = &mut g.window;
     w.samples += 1;
     w.cost += cost;
-    w.spared += spared;
+    w.spared += marked;
     let tagged = c.tagged().since(w.start);
     if mode == SampleYoung::Auto
         && w.samples >= WINDOW
@@ -472,14 +473,14 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
 /// of groups read since the last sample, but for those of groups held out
 /// of window `hold` (`auto`), which are tagged HELD instead (and unread
 /// ones IDLE); then clear the bits. Returns the chunks marked that were
-/// not REF already, and those of them that were not ACTIVE either.
+/// not REF already.
 fn sample(
     g: &mut State,
     regions: &[Arc<RegionInner>],
     chunk: usize,
     stale: bool,
     hold: Option<u64>,
-) -> std::io::Result<(u64, u64)> {
+) -> std::io::Result<u64> {
     let State {
         buf,
         regions: marks,
@@ -509,7 +510,7 @@ fn sample(
             .entry(r.id)
             .or_insert_with(|| vec![None; r.state.len().div_ceil(per)])[gi] = Some(young);
     }
-    let (mut marked, mut spared) = (0, 0);
+    let mut marked = 0;
     let mut words = vec![0u32; per];
     for r in regions {
         let Some(m) = marks.get_mut(&r.id) else {
@@ -563,7 +564,6 @@ fn sample(
                 if let Ok(old) = chunk::transition(&r.state[ci], st, st, TAGS, tag | set) {
                     if set != 0 && old & REF == 0 {
                         marked += 1;
-                        spared += u64::from(old & ACTIVE == 0);
                     }
                 }
             }
@@ -574,7 +574,7 @@ fn sample(
         .write(true)
         .open("/proc/self/clear_refs")?
         .write_all(b"1")?;
-    Ok((marked, spared))
+    Ok(marked)
 }
 
 /// The mappings of an smaps text, and the bytes of each that are young
