@@ -9,6 +9,7 @@ mod random_access;
 mod run;
 mod soak;
 mod usemem;
+mod young_arg;
 
 #[derive(Parser)]
 #[command(

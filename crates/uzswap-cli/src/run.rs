@@ -88,25 +88,8 @@ pub struct Args {
     /// instance (docs/ARCHITECTURE.md, "fork").
     #[arg(long)]
     pub fork_instance: bool,
-    /// Read the kernel's accessed bits of the program's resident memory
-    /// (`/proc/self/smaps`, paced by the eviction CLOCK), so that memory
-    /// read often without faulting is kept. Pays where a read-mostly hot set
-    /// sits apart from data streamed through; costs milliseconds a sample,
-    /// more with more resident memory (docs/BENCHMARKS.md, "Accessed bits
-    /// from smaps"). Half of the sampled memory is marked `MADV_DONTDUMP`
-    /// (it splits the mappings), so a core dump leaves it out.
-    /// `--sample-young` alone is `on`; `--sample-young=auto` samples in
-    /// probes and goes on only while the faults the marks save (measured
-    /// on an eighth of the groups, held out of the marks) are worth the
-    /// samples' time; `off` is the default.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "on",
-        value_name = "MODE"
-    )]
-    pub sample_young: Option<uzswap::SampleYoung>,
+    #[command(flatten)]
+    pub young: crate::young_arg::SampleYoungArg,
     /// Count the process's own memory outside regions and the pool
     /// (uzswap's heap and buffers, memory the program keeps outside
     /// regions) against the budget too, as a memory cgroup counts
@@ -361,7 +344,7 @@ pub fn run(a: Args) -> Result<()> {
         ("UZSWAP_FORK_INSTANCE", a.fork_instance.then(|| "1".into())),
         (
             "UZSWAP_SAMPLE_YOUNG",
-            a.sample_young.map(|m| m.as_str().into()),
+            a.young.sample_young.map(|m| m.as_str().into()),
         ),
         ("UZSWAP_OWN_MEMORY", a.count_own.then(|| "1".into())),
         ("UZSWAP_USER_MODE", a.user_mode.then(|| "1".into())),

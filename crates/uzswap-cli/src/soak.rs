@@ -96,17 +96,10 @@ pub struct Args {
     /// Print one JSON object with the figures as the last line of stdout.
     #[arg(long)]
     pub json: bool,
-    /// Sample the kernel's accessed bits (`Config::sample_young`) while the
-    /// workers run: the splits and marks under every path the soak takes.
-    /// Off, auto, or on (the flag alone).
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "on",
-        value_name = "MODE"
-    )]
-    pub sample_young: Option<uzswap::SampleYoung>,
+    /// The sampler runs while the workers do: its splits and marks under
+    /// every path the soak takes.
+    #[command(flatten)]
+    pub young: crate::young_arg::SampleYoungArg,
 }
 
 /// A duration: seconds, or a number with the suffix s, m or h; above 0 and
@@ -631,7 +624,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Handler::Signal => HandlerMode::Signal,
             Handler::Auto => HandlerMode::Auto,
         },
-        sample_young: args.sample_young.unwrap_or_default(),
+        sample_young: args.young.mode(),
         ..Config::default()
     };
     cfg.zswap.compressor = args.compressor.clone();

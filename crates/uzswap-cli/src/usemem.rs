@@ -143,16 +143,9 @@ pub struct Args {
     /// re-eviction of an unwritten chunk then compresses it again).
     #[arg(long)]
     pub no_keep_copy: bool,
-    /// uzswap: read the kernel's accessed bits of resident memory
-    /// (`Config::sample_young`): off, auto, or on (the flag alone).
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "on",
-        value_name = "MODE"
-    )]
-    pub sample_young: Option<uzswap::SampleYoung>,
+    /// uzswap: the accessed-bit sampler.
+    #[command(flatten)]
+    pub young: crate::young_arg::SampleYoungArg,
     /// uzswap: read faults install the whole chunk, never a single page
     /// (see `Config::partial_faults`).
     #[arg(long)]
@@ -587,7 +580,7 @@ fn run_local(args: &Args) -> anyhow::Result<()> {
                 Handler::Auto => HandlerMode::Auto,
             },
             keep_copy: !args.no_keep_copy,
-            sample_young: args.sample_young.unwrap_or_default(),
+            sample_young: args.young.mode(),
             partial_faults: !args.no_partial,
             ..Config::default()
         };

@@ -6,7 +6,7 @@
 //! faulted) and the hot set not, and evicts it every turn.
 
 use std::time::Duration;
-use uzswap::region::{Config, SampleYoung, Uzswap};
+use uzswap::region::{Config, Region, SampleYoung, Uzswap};
 use uzswap::Pattern;
 
 mod common;
@@ -21,6 +21,29 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An instance of `budget` bytes with 64 KiB chunks sampling in `mode`,
+/// and a region of `chunks` chunks written with same-filled pages (they
+/// cost the pool nothing: the budget is all resident room).
+fn filled(mode: SampleYoung, budget: u64, chunks: usize) -> Option<(Uzswap, Region)> {
+    let uz = instance(Config {
+        budget,
+        folio_order: ORDER,
+        writeback: None,
+        sample_young: mode,
+        ..Config::default()
+    })?;
+    let r = uz.region(chunks * uz.chunk_bytes()).unwrap();
+    for i in 0..chunks * PER {
+        Pattern::Same.fill(i as u64, SEED, page(&r, i));
+    }
+    Some((uz, r))
+}
+
+/// Page `i` of `r` still holds what `filled` wrote.
+fn check(r: &Region, i: usize) {
+    assert!(Pattern::Same.verify(i as u64, SEED, page(r, i)), "page {i}")
 }
 /// 64 KiB chunks: 16 pages.
 const ORDER: u32 = 4;
@@ -37,25 +60,9 @@ const STREAM: usize = 64;
 fn hot_faults(sample_young: SampleYoung) -> Option<(u64, uzswap::region::UzswapStats)> {
     let hot = HOT;
     let _one = serial();
-    let uz: Uzswap = instance(Config {
-        budget: 8 << 20,
-        folio_order: ORDER,
-        writeback: None,
-        sample_young,
-        ..Config::default()
-    })?;
-    let r = uz.region(CHUNKS * uz.chunk_bytes()).unwrap();
-    // Same-filled pages cost the pool nothing: the budget is all resident
-    // room, a quarter of the region.
-    for i in 0..CHUNKS * PER {
-        Pattern::Same.fill(i as u64, SEED, page(&r, i));
-    }
-    let check = |i: usize| {
-        assert!(
-            Pattern::Same.verify(i as u64, SEED, page(&r, i)),
-            "page {i}"
-        )
-    };
+    // The budget: a quarter of the region.
+    let (uz, r) = filled(sample_young, 8 << 20, CHUNKS)?;
+    let check = |i: usize| check(&r, i);
     let mut next = hot;
     let mut late = 0;
     for round in 0..ROUNDS {
@@ -131,27 +138,12 @@ fn without_samples_the_hot_set_is_evicted() {
 fn a_random_reads_install_is_not_taken_for_a_second_read() {
     const COLD: usize = 1024;
     let _one = serial();
-    let Some(uz) = instance(Config {
-        budget: 8 << 20,
-        folio_order: ORDER,
-        writeback: None,
-        sample_young: SampleYoung::On,
-        ..Config::default()
-    }) else {
+    let Some((uz, r)) = filled(SampleYoung::On, 8 << 20, COLD) else {
         return;
     };
-    let r = uz.region(COLD * uz.chunk_bytes()).unwrap();
-    for i in 0..COLD * PER {
-        Pattern::Same.fill(i as u64, SEED, page(&r, i));
-    }
     r.advise(0..r.len(), uzswap::region::Advice::PageOut)
         .unwrap();
-    let check = |i: usize| {
-        assert!(
-            Pattern::Same.verify(i as u64, SEED, page(&r, i)),
-            "page {i}"
-        )
-    };
+    let check = |i: usize| check(&r, i);
     let before = uz.stats();
     // One page of every chunk a round, in slices with pauses for samples
     // to fall among them: each read is its chunk's first (the page of the
@@ -190,23 +182,8 @@ fn reader_and_stream(mode: SampleYoung) -> Option<(u64, uzswap::region::UzswapSt
     const HOT: usize = 128;
     const STREAMED: usize = 3000;
     let _one = serial();
-    let uz: Uzswap = instance(Config {
-        budget: 16 << 20,
-        folio_order: ORDER,
-        writeback: None,
-        sample_young: mode,
-        ..Config::default()
-    })?;
-    let r = uz.region(CHUNKS * uz.chunk_bytes()).unwrap();
-    for i in 0..CHUNKS * PER {
-        Pattern::Same.fill(i as u64, SEED, page(&r, i));
-    }
-    let check = |i: usize| {
-        assert!(
-            Pattern::Same.verify(i as u64, SEED, page(&r, i)),
-            "page {i}"
-        )
-    };
+    let (uz, r) = filled(mode, 16 << 20, CHUNKS)?;
+    let check = |i: usize| check(&r, i);
     let before = uz.stats().pgmajfault;
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -294,17 +271,7 @@ fn auto_keeps_a_hot_set_while_it_samples() {
 fn auto_pauses_where_reads_are_uniform() {
     let run = |mode: SampleYoung| {
         let _one = serial();
-        let uz = instance(Config {
-            budget: 8 << 20,
-            folio_order: ORDER,
-            writeback: None,
-            sample_young: mode,
-            ..Config::default()
-        })?;
-        let r = uz.region(CHUNKS * uz.chunk_bytes()).unwrap();
-        for i in 0..CHUNKS * PER {
-            Pattern::Same.fill(i as u64, SEED, page(&r, i));
-        }
+        let (uz, r) = filled(mode, 8 << 20, CHUNKS)?;
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let t0 = std::time::Instant::now();
         while t0.elapsed() < Duration::from_secs(3) {
@@ -312,11 +279,7 @@ fn auto_pauses_where_reads_are_uniform() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                let i = (x % (CHUNKS * PER) as u64) as usize;
-                assert!(
-                    Pattern::Same.verify(i as u64, SEED, page(&r, i)),
-                    "page {i}"
-                );
+                check(&r, (x % (CHUNKS * PER) as u64) as usize);
             }
         }
         let st = uz.stats();

@@ -113,17 +113,10 @@ pub struct Args {
     /// internally on an evicted buffer can fail).
     #[arg(long, value_enum, default_value = "block")]
     pub uzswap_handler: crate::usemem::Handler,
-    /// uzswap cells sample the kernel's accessed bits (`uzswap run
-    /// --sample-young MODE`): off, auto, or on (the flag alone); unset:
-    /// the runner's default.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "on",
-        value_name = "MODE"
-    )]
-    pub sample_young: Option<uzswap::SampleYoung>,
+    /// The uzswap cells' accessed-bit sampler (`uzswap run
+    /// --sample-young=MODE`); unset: the runner's default.
+    #[command(flatten)]
+    pub young: crate::young_arg::SampleYoungArg,
     /// Folio size: uzswap's chunk, and the kernel cells' mTHP size.
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub folio: u64,
@@ -464,7 +457,7 @@ impl Ctx<'_> {
                     wrapper.push(v.into());
                 }
             }
-            if let Some(m) = a.sample_young {
+            if let Some(m) = a.young.sample_young {
                 wrapper.push(format!("--sample-young={}", m.as_str()).into());
             }
             wrapper.push("--stats".into());
@@ -1465,8 +1458,8 @@ pub fn run(a: Args) -> Result<()> {
                 "repeat": a.repeat,
                 "compressor": a.compressor,
                 "uzswap_handler": handler_name(a.uzswap_handler),
-                "sample_young": a.sample_young == Some(uzswap::SampleYoung::On),
-                "sample_young_mode": a.sample_young.unwrap_or_default().as_str(),
+                "sample_young": a.young.sample_young == Some(uzswap::SampleYoung::On),
+                "sample_young_mode": a.young.mode().as_str(),
                 "folio_bytes": a.folio,
                 "kernel_cells": cols.iter().map(|c| c.label.clone()).collect::<Vec<_>>(),
                 "fit_tolerance": a.fit_tolerance,
