@@ -330,11 +330,13 @@ pub(super) fn maybe_sample(sh: &Shared) {
     let regions = sh.snapshot_regions();
     split_new(&mut g, &regions, sh.chunk);
     let stale = std::mem::take(&mut g.stale);
-    if g.window.samples == 0 {
+    let auto = mode == SampleYoung::Auto;
+    // Only `auto` keeps windows: `on` samples whatever they save.
+    if auto && g.window.samples == 0 {
         g.windows += 1;
         g.window.start = sh.young_ctr.tagged();
     }
-    let hold = (mode == SampleYoung::Auto).then_some(g.windows);
+    let hold = auto.then_some(g.windows);
     let marked = match sample(&mut g, &regions, sh.chunk, stale, hold) {
         Ok(t) => t,
         Err(e) => {
@@ -351,15 +353,15 @@ pub(super) fn maybe_sample(sh: &Shared) {
     c.sample_ns.fetch_add(cost.as_nanos() as u64, Relaxed);
     c.marked.fetch_add(marked, Relaxed);
     c.splits.store(g.splits as u64, Relaxed);
+    if !auto {
+        return;
+    }
     let w = &mut g.window;
     w.samples += 1;
     w.cost += cost;
     w.spared += marked;
     let tagged = c.tagged().since(w.start);
-    if mode == SampleYoung::Auto
-        && w.samples >= WINDOW
-        && (tagged.evicted_held >= MIN_HELD || w.samples >= MAX_WINDOW)
-    {
+    if w.samples >= WINDOW && (tagged.evicted_held >= MIN_HELD || w.samples >= MAX_WINDOW) {
         let fault = sh
             .lat_pool
             .mean_ns()
