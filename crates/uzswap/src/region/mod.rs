@@ -708,7 +708,9 @@ struct RegionInner {
     /// Chunk states (`chunk.rs`).
     state: Box<[AtomicU32]>,
     /// Eviction time (low 32 bits of `Shared::evict_clock`) of each stored
-    /// chunk: the workingset shadow.
+    /// chunk: the workingset shadow. While a chunk is PARTIAL, when its
+    /// first group came in (`fault::install_group`); the sampler reads a
+    /// change as "evicted since" (`young.rs`).
     shadow: Box<[AtomicU32]>,
     /// The groups each stored chunk had mapped when it was evicted (all,
     /// for a whole chunk): a refault counts only on one of them.

@@ -29,13 +29,14 @@
 //! installs its pages with the bit set, so a chunk faulted in since holds
 //! the install's bit, not a read's, and a random read's first group,
 //! deliberately left without REF (`evict.rs`, probation), would leave
-//! probation on its install alone. (A chunk evicted and faulted back
-//! between two samples still counts; a whole chunk's fault gave it REF
-//! anyway.)
+//! probation on its install alone. A chunk evicted and faulted back
+//! between two samples is told by its shadow, which changes at each
+//! eviction and the sampler keeps per chunk.
 //!
 //! Pacing. A mark is worth most just before the hand reaches its chunk, so
 //! samples come [`PER_TURN`] times per turn of the hand over the resident
-//! chunks (counted by the hand's visits, `evict::Clock::visited`). A sample
+//! chunks (counted by the hand's visits, `evict::Clock::visited`), or at
+//! the first batch after [`STALE_INTERVALS`] intervals without one. A sample
 //! costs two walks of the process's page tables and the text of every
 //! mapping (on a 2-vCPU VM: about 8 µs per mapping and 0.1 µs per resident
 //! page; 4-5 ms for GNU sort at 48 MiB, 15 ms for a 130 MiB heap), so
@@ -90,6 +91,12 @@ const PER_TURN: u64 = 4;
 const COST_FACTOR: u32 = 4;
 /// And at least this long.
 const MIN_INTERVAL: Duration = Duration::from_millis(20);
+/// A sample this many intervals old is due however little the hand moved
+/// since: a program that reads its hot set without a fault and then
+/// streams (a pass over its data after a computation) must have those
+/// reads marked before the hand's first visits, not a quarter-turn after
+/// them. It costs at most one sample in this many intervals.
+const STALE_INTERVALS: u32 = 4;
 /// `vm.max_map_count`'s default, where it cannot be read.
 const DEFAULT_MAX_MAP_COUNT: usize = 65530;
 /// Samples judged together (two turns of the hand), at least; a window
@@ -124,6 +131,11 @@ struct Marks {
     /// The pages of each chunk mapped when the last sample cleared the
     /// bits: the only ones whose bits can tell a read.
     seen: Vec<u16>,
+    /// Each chunk's shadow (`RegionInner::shadow`) then: written when the
+    /// chunk is evicted and when a PARTIAL chunk's first group comes in,
+    /// so a changed one says the pages mapped now came back since, their
+    /// bits their installs', however many there are.
+    stamp: Vec<u32>,
 }
 
 fn bit(v: &[u64], i: usize) -> bool {
@@ -319,7 +331,13 @@ pub(super) fn maybe_sample(sh: &Shared) {
     }
     let visited = sh.clock.lock().visited;
     let resident = sh.resident.load(Relaxed) / sh.chunk as u64;
-    if g.last.is_some() && visited.saturating_sub(g.visited) < (resident / PER_TURN).max(16) {
+    let stale_by_time = g
+        .last
+        .is_some_and(|t| t.elapsed() >= g.interval * STALE_INTERVALS);
+    if g.last.is_some()
+        && !stale_by_time
+        && visited.saturating_sub(g.visited) < (resident / PER_TURN).max(16)
+    {
         return;
     }
     if g.last.is_none() {
@@ -432,6 +450,7 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
             split: vec![0u64; groups.div_ceil(64)],
             splits: 0,
             seen: vec![0u16; n],
+            stamp: vec![0u32; n],
         });
         let mut splits = 0;
         for gi in 0..groups {
@@ -524,6 +543,7 @@ fn sample(
         }
         let n = r.state.len();
         let mut seen = vec![0u16; n];
+        let mut stamp = vec![0u32; n];
         let young = found.get(&r.id).filter(|_| !stale);
         for gi in 0..n.div_ceil(per) {
             let chunks = gi * per..((gi + 1) * per).min(n);
@@ -536,8 +556,15 @@ fn sample(
             let mut installed = 0;
             for (k, ci) in chunks.clone().enumerate() {
                 words[k] = r.state[ci].load(Relaxed);
+                stamp[ci] = r.shadow[ci].load(Relaxed);
                 if mapped(chunk::state(words[k])) {
                     seen[ci] = (chunk::charge(words[k], chunk) / PAGE_SIZE as u64) as u16;
+                }
+                // Mapped at the last sample and not evicted since: only
+                // those pages' bits were cleared (a chunk evicted and
+                // faulted back in between holds its installs' bits).
+                if stamp[ci] != m.stamp[ci] {
+                    m.seen[ci] = 0;
                 }
                 installed += u64::from(seen[ci].saturating_sub(m.seen[ci]));
             }
@@ -571,6 +598,7 @@ fn sample(
             }
         }
         m.seen = seen;
+        m.stamp = stamp;
     }
     std::fs::OpenOptions::new()
         .write(true)
