@@ -339,6 +339,36 @@ fn stdio_streams_and_kernel_arguments_on_every_open_path() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// io_uring reading a file into an evicted heap (`io_uring.c`, its calls
+/// made through libc's `syscall`). Where the kernel's faults are served
+/// the ring works and every byte lands; where they are not (user mode,
+/// signal mode, a real unprivileged user) the kernel's copies into an
+/// evicted buffer failed with EFAULT in the completions (the first read
+/// already), so there `io_uring_setup` is refused with ENOSYS and the
+/// program reads with `pread`, whose buffer is pinned.
+#[test]
+fn io_uring_works_where_faults_are_served_and_is_refused_where_not() {
+    let Some((dir, bin)) = c_program("io_uring", &["-O1"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (k, (what, out)) in on_every_open_path(&user, "16M", &[&bin, "48"])
+        .into_iter()
+        .enumerate()
+    {
+        // The first path opens /dev/userfaultfd where it may (as root).
+        if k > 0 {
+            assert_eq!(out, "ok fallback\n", "{what}");
+        } else {
+            assert!(
+                out == "ok io_uring\n" || out == "ok fallback\n",
+                "{what}: {out}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A program that closes every descriptor from 3 up (a loop of `close`,
 /// `close_range`, `closefrom`) or `dup2`s onto each of them, as daemons and
 /// shells do, after its heap was evicted. Before the library kept its own

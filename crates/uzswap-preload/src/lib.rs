@@ -44,6 +44,8 @@ mod real;
 mod report;
 mod signals;
 mod streams;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod syscall;
 mod vma;
 
 use std::cell::Cell;

@@ -40,6 +40,8 @@ pub fn line(st: &State, event: &str) -> String {
         o.insert("program".into(), program().into());
         o.insert("vm_hwm_bytes".into(), vm_hwm().into());
         o.insert("buffers_pinned".into(), st.pin_buffers.into());
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        o.insert("io_uring_refused".into(), crate::syscall::refused().into());
     }
     v.to_string()
 }
