@@ -114,7 +114,12 @@ int uzswap_new(const uzswap_config_t *cfg, uzswap_t **out);
 void uzswap_destroy(uzswap_t *uz);
 
 /* A new region of at least len bytes (rounded up to whole chunks), reading
- * as zeros until written, in *out. */
+ * as zeros until written, in *out.
+ * Not for buffers a device reads into by DMA (O_DIRECT reads, io_uring,
+ * Linux AIO, registered or RDMA buffers): the device writes the pages the
+ * kernel looked up when the transfer began, past the page tables, and an
+ * eviction during it would keep the old bytes. Use memory outside the
+ * regions for those (uzswap run pins such reads' buffers for the call). */
 int uzswap_region_new(uzswap_t *uz, size_t len, uzswap_region_t **out);
 
 /* The region's first byte (chunk-aligned); NULL if region is NULL. */

@@ -20,23 +20,55 @@ use libc::{c_void, iovec, msghdr, sockaddr, socklen_t};
 type Ssize = isize;
 
 /// Pins held for one call.
-pub(crate) struct Pins(Vec<uzswap::region::PinGuard<'static>>);
+pub(crate) struct Pins {
+    held: Vec<uzswap::region::PinGuard<'static>>,
+    /// Where the kernel's faults are served, a read pins only if its
+    /// descriptor reads by DMA (`O_DIRECT`): the descriptor, and whether
+    /// it does once asked.
+    direct: Option<(i32, Option<bool>)>,
+}
 
 impl Drop for Pins {
     fn drop(&mut self) {
-        if !self.0.is_empty() {
+        if !self.held.is_empty() {
             // Unpinning takes the instance's locks: inside, for a fork.
             let _g = Internal::enter();
-            self.0.clear();
+            self.held.clear();
         }
     }
 }
 
+/// Whether `fd` was opened (or set) `O_DIRECT`; an error says no (the call
+/// itself will fail on a bad descriptor).
+fn reads_by_dma(fd: i32) -> bool {
+    // SAFETY: F_GETFL reads the descriptor's flags, no memory.
+    let fl = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_DIRECT as libc::c_long != 0
+}
+
 impl Pins {
     pub(crate) fn new() -> Option<Pins> {
-        crate::active()
-            .filter(|st| st.pin_buffers)
-            .map(|_| Pins(Vec::new()))
+        crate::active().filter(|st| st.pin_buffers).map(|_| Pins {
+            held: Vec::new(),
+            direct: None,
+        })
+    }
+
+    /// For a read from `fd`. Where faults are not served, as [`Pins::new`].
+    /// Where they are, the kernel's copies go through the page tables and
+    /// need no pin, but an `O_DIRECT` read has the device write the pages
+    /// the kernel looked up when the call began, by DMA: an eviction in
+    /// between stored the page's old bytes and unmapped it, and the read's
+    /// data went to a page no longer mapped (0.7% of 64 KiB direct reads
+    /// into a heap under pressure came back with the buffer's old bytes).
+    /// The kernel's reclaim passes over such pages (they are pinned); here
+    /// the call pins its buffers, asking the descriptor's flags once, and
+    /// only for a buffer in the regions.
+    pub(crate) fn for_read(fd: i32) -> Option<Pins> {
+        crate::active().map(|st| Pins {
+            held: Vec::new(),
+            direct: (!st.pin_buffers).then_some((fd, None)),
+        })
     }
 
     pub(crate) fn add(&mut self, p: *const c_void, len: usize, write: bool) {
@@ -48,9 +80,14 @@ impl Pins {
         if !crate::vma::overlaps_regions(p as usize, (p as usize).saturating_add(len)) {
             return;
         }
+        if let Some((fd, dma)) = &mut self.direct {
+            if !*dma.get_or_insert_with(|| reads_by_dma(*fd)) {
+                return;
+            }
+        }
         let st = crate::active().expect("pins are made only while active");
         let _g = Internal::enter();
-        self.0.push(st.uz.pin(p as usize, len, write));
+        self.held.push(st.uz.pin(p as usize, len, write));
     }
 
     /// A `struct stat` the kernel fills.
@@ -147,11 +184,19 @@ macro_rules! wrap {
         wrap!($name($($a: $t),*) -> [Ssize] pins |$p| $pin => $call);
     };
     ($name:ident($($a:ident: $t:ty),*) -> [$r:ty] pins |$p:ident| $pin:block => $call:expr) => {
+        wrap!($name($($a: $t),*) -> [$r] pins (Pins::new()) |$p| $pin => $call);
+    };
+    // A read from descriptor `$fd`: pinned where faults are served too, if
+    // the descriptor reads by DMA (`Pins::for_read`).
+    ($name:ident($($a:ident: $t:ty),*) reads $fd:ident pins |$p:ident| $pin:block => $call:expr) => {
+        wrap!($name($($a: $t),*) -> [Ssize] pins (Pins::for_read($fd)) |$p| $pin => $call);
+    };
+    ($name:ident($($a:ident: $t:ty),*) -> [$r:ty] pins ($new:expr) |$p:ident| $pin:block => $call:expr) => {
         /// # Safety
         /// As the libc function of the same name.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
-            let _pins = Pins::new().map(|mut $p| {
+            let _pins = $new.map(|mut $p| {
                 // SAFETY: the caller's buffers, as the call requires them.
                 #[allow(unused_unsafe)]
                 unsafe {
@@ -169,25 +214,25 @@ macro_rules! wrap {
     };
 }
 
-wrap!(read(fd: i32, buf: *mut c_void, n: usize) pins |p| { p.add(buf, n, true) }
+wrap!(read(fd: i32, buf: *mut c_void, n: usize) reads fd pins |p| { p.add(buf, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut c_void, usize) -> Ssize| f(fd, buf, n));
 wrap!(write(fd: i32, buf: *const c_void, n: usize) pins |p| { p.add(buf, n, false) }
     => |f: unsafe extern "C" fn(i32, *const c_void, usize) -> Ssize| f(fd, buf, n));
-wrap!(pread64(fd: i32, buf: *mut c_void, n: usize, off: i64) pins |p| { p.add(buf, n, true) }
+wrap!(pread64(fd: i32, buf: *mut c_void, n: usize, off: i64) reads fd pins |p| { p.add(buf, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut c_void, usize, i64) -> Ssize| f(fd, buf, n, off));
 wrap!(pwrite64(fd: i32, buf: *const c_void, n: usize, off: i64) pins |p| { p.add(buf, n, false) }
     => |f: unsafe extern "C" fn(i32, *const c_void, usize, i64) -> Ssize| f(fd, buf, n, off));
-wrap!(readv(fd: i32, iov: *const iovec, n: i32) pins |p| { p.iov(iov, n, true) }
+wrap!(readv(fd: i32, iov: *const iovec, n: i32) reads fd pins |p| { p.iov(iov, n, true) }
     => |f: unsafe extern "C" fn(i32, *const iovec, i32) -> Ssize| f(fd, iov, n));
 wrap!(writev(fd: i32, iov: *const iovec, n: i32) pins |p| { p.iov(iov, n, false) }
     => |f: unsafe extern "C" fn(i32, *const iovec, i32) -> Ssize| f(fd, iov, n));
-wrap!(preadv64(fd: i32, iov: *const iovec, n: i32, off: i64) pins |p| { p.iov(iov, n, true) }
+wrap!(preadv64(fd: i32, iov: *const iovec, n: i32, off: i64) reads fd pins |p| { p.iov(iov, n, true) }
     => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64) -> Ssize| f(fd, iov, n, off));
 wrap!(pwritev64(fd: i32, iov: *const iovec, n: i32, off: i64) pins |p| { p.iov(iov, n, false) }
     => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64) -> Ssize| f(fd, iov, n, off));
 // CPython's os.preadv/os.pwritev call these (glibc has them), whatever
 // the flags: without them an evicted buffer failed the call with EFAULT.
-wrap!(preadv64v2(fd: i32, iov: *const iovec, n: i32, off: i64, fl: i32) pins |p| { p.iov(iov, n, true) }
+wrap!(preadv64v2(fd: i32, iov: *const iovec, n: i32, off: i64, fl: i32) reads fd pins |p| { p.iov(iov, n, true) }
     => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64, i32) -> Ssize| f(fd, iov, n, off, fl));
 wrap!(pwritev64v2(fd: i32, iov: *const iovec, n: i32, off: i64, fl: i32) pins |p| { p.iov(iov, n, false) }
     => |f: unsafe extern "C" fn(i32, *const iovec, i32, i64, i32) -> Ssize| f(fd, iov, n, off, fl));

@@ -1,22 +1,28 @@
 //! libc's generic `syscall(2)`: the door programs use for the calls glibc
-//! has no wrapper for (io_uring, futex, getrandom in older code).
+//! has no wrapper for (io_uring, Linux AIO, futex, getrandom in older
+//! code).
 //!
-//! Where the kernel's faults are not served (`pin_buffers`: user mode
-//! only, signal mode), io_uring cannot work on region memory: the kernel
-//! copies into and out of a request's buffers in kernel mode, inside
-//! `io_uring_enter` or later on a worker, long after the call that named
-//! them, so an evicted page fails the transfer with EFAULT in its
-//! completion, and no pin can be placed around a transfer whose time the
-//! program does not choose (a program reading a file into its heap through
-//! io_uring under a 32 MiB budget: 521 of 586 reads failed). So there
-//! `io_uring_setup` fails with ENOSYS, as on a kernel built without
-//! io_uring, and a program takes its fallback (libuv, the Rust `io-uring`
-//! crate's users and most others test for it, since container runtimes
-//! refuse io_uring too). Where faults are served nothing is refused.
+//! io_uring and Linux AIO are refused (`io_uring_setup`, `io_setup` fail
+//! with ENOSYS, as on a kernel built without them): the kernel transfers a
+//! request's data at a time the program does not choose, after the call
+//! that named the buffers returned, and no pin can be placed around it.
+//! Where the kernel's faults are not served (user mode only, signal mode)
+//! its copies into an evicted buffer fail with EFAULT in the completion (a
+//! program reading a file into its heap through a ring under a 32 MiB
+//! budget: 521 of 586 reads failed). Where they are served, an `O_DIRECT`
+//! request has the device write the buffer's pages by DMA, bypassing the
+//! page tables: an eviction meanwhile stored the page's old bytes and
+//! unmapped it, and the data went to a page no longer mapped (0.7% of 64
+//! KiB direct reads through a ring into a heap under pressure came back
+//! with the buffer's old bytes, silently); the kernel's own reclaim passes
+//! over such pinned pages, and userspace cannot see the pin. Registered
+//! (fixed) buffers are copied the same way. Programs take their fallback
+//! (libuv, the Rust `io-uring` crate's users, InnoDB's simulated AIO and
+//! most others test for it, since container runtimes refuse io_uring
+//! too), whose calls the library sees and pins (`buffers.rs`).
 //! `getrandom` made through here has its buffer pinned, as the wrapper
 //! does. liburing makes its system calls itself, without libc, and is not
-//! seen: for it, `uzswap setup` (access to /dev/userfaultfd) is the way
-//! (docs/ARCHITECTURE.md).
+//! seen (docs/ARCHITECTURE.md).
 //!
 //! The function is ours for every caller, this library's own raw calls
 //! (`real.rs`) included, and may run before anything is set up: it passes
@@ -30,7 +36,8 @@
 use libc::c_long;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// `io_uring_setup` calls refused (`io_uring_refused` in the figures).
+/// `io_uring_setup` and `io_setup` calls refused (`io_uring_refused` in
+/// the figures).
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn refused() -> u64 {
@@ -54,7 +61,7 @@ pub unsafe extern "C" fn syscall(
     f: c_long,
 ) -> c_long {
     let _pins = match nr {
-        libc::SYS_io_uring_setup if pinning() => {
+        libc::SYS_io_uring_setup | libc::SYS_io_setup if crate::active().is_some() => {
             REFUSED.fetch_add(1, Relaxed);
             crate::set_errno(libc::ENOSYS);
             return -1;
@@ -73,10 +80,6 @@ pub unsafe extern "C" fn syscall(
         return -1;
     }
     r
-}
-
-fn pinning() -> bool {
-    crate::active().is_some_and(|st| st.pin_buffers)
 }
 
 /// The system call `nr` with six arguments; the kernel's return (a

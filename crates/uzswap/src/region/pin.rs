@@ -247,9 +247,13 @@ impl Uzswap {
     /// Bring the region memory in `addr..addr+len` in and keep it mapped
     /// (and, with `write`, writable) until the guard is dropped: for a
     /// system call that uses it as a buffer where the kernel does not hand
-    /// its faults to us ([`KernelFaults::NotServed`]). Bytes outside every
-    /// region are ignored. Pinned memory is charged and may take usage
-    /// over the budget; pin what one call needs.
+    /// its faults to us ([`KernelFaults::NotServed`]), and on every path
+    /// for a read by DMA (`O_DIRECT`, a device's transfer): the device
+    /// writes the pages the kernel looked up when the call began, past the
+    /// page tables, so an eviction during the transfer would store the old
+    /// bytes and lose the data. Bytes outside every region are ignored.
+    /// Pinned memory is charged and may take usage over the budget; pin
+    /// what one call needs.
     pub fn pin(&self, addr: usize, len: usize, write: bool) -> PinGuard<'_> {
         let sh = &*self.owner.sh;
         let pinned = regions_in(sh, addr, len);
