@@ -265,6 +265,8 @@ fn take_over(parent: &'static State, mut vmas: crate::vma::Vmas) -> Result<*mut 
     }
     Ok(Box::into_raw(Box::new(State {
         pin_buffers: uz.kernel_faults() == KernelFaults::NotServed,
+        // A child inherits its parent's filter.
+        uring_filtered: parent.uring_filtered,
         uz,
         vmas: parking_lot::Mutex::new(vmas),
         cfg: parent.cfg.clone(),

@@ -63,6 +63,9 @@ pub(crate) struct State {
     /// System calls on evicted memory fail unless their buffers are
     /// pinned first (`buffers`).
     pin_buffers: bool,
+    /// io_uring and Linux AIO are refused in the kernel as well
+    /// (`syscall::refuse_in_kernel`), liburing's own calls included.
+    uring_filtered: bool,
     cfg: config::Config,
     pid: libc::pid_t,
 }
@@ -361,10 +364,15 @@ extern "C" fn init() {
         Err(e) => die(&format!("cannot start: {e}")),
     };
     let pin_buffers = uz.kernel_faults() == KernelFaults::NotServed;
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    let uring_filtered = syscall::refuse_in_kernel();
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let uring_filtered = false;
     let st = Box::new(State {
         uz,
         vmas: parking_lot::Mutex::new(vma::Vmas::default()),
         pin_buffers,
+        uring_filtered,
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         cfg,

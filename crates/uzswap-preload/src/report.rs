@@ -42,6 +42,7 @@ pub fn line(st: &State, event: &str) -> String {
         o.insert("buffers_pinned".into(), st.pin_buffers.into());
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         o.insert("io_uring_refused".into(), crate::syscall::refused().into());
+        o.insert("io_uring_filtered".into(), st.uring_filtered.into());
     }
     v.to_string()
 }

@@ -21,8 +21,17 @@
 //! most others test for it, since container runtimes refuse io_uring
 //! too), whose calls the library sees and pins (`buffers.rs`).
 //! `getrandom` made through here has its buffer pinned, as the wrapper
-//! does. liburing makes its system calls itself, without libc, and is not
-//! seen (docs/ARCHITECTURE.md).
+//! does.
+//!
+//! liburing makes its system calls itself, without libc, and passes no
+//! wrapper. So where the process may (it has `CAP_SYS_ADMIN`: root, the
+//! runner's default) the same refusal is also put in the kernel, as a
+//! seccomp filter on every thread ([`refuse_in_kernel`]): two comparisons
+//! per system call. An unprivileged process could only install one after
+//! `PR_SET_NO_NEW_PRIVS`, which would take setuid from every program it
+//! starts, and does not: there liburing is not seen (docs/ARCHITECTURE.md).
+//! The filter outlives `exec`, also into a program started with
+//! `--no-inherit`, which then sees a kernel without io_uring too.
 //!
 //! The function is ours for every caller, this library's own raw calls
 //! (`real.rs`) included, and may run before anything is set up: it passes
@@ -129,4 +138,74 @@ unsafe fn raw(nr: c_long, a: [c_long; 6]) -> c_long {
         );
     }
     r
+}
+
+/// The architecture seccomp reports for this process's system calls.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+/// Whether the kernel already refuses `nr` (a filter of an ancestor's, or
+/// a kernel without it): asked with arguments it would reject anyway.
+fn refused_already(nr: c_long) -> bool {
+    // SAFETY: both calls with zero arguments fail without touching memory
+    // (io_uring_setup: no entries; io_setup: no events).
+    unsafe { raw(nr, [0; 6]) == -(libc::ENOSYS as c_long) }
+}
+
+/// Refuse io_uring and Linux AIO in the kernel too, for every thread of the
+/// process and what it starts, where the process may install a seccomp
+/// filter without `PR_SET_NO_NEW_PRIVS`. Whether it is in place.
+pub(crate) fn refuse_in_kernel() -> bool {
+    let nrs = [libc::SYS_io_uring_setup, libc::SYS_io_setup];
+    if nrs.iter().all(|&nr| refused_already(nr)) {
+        return true;
+    }
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let ret = libc::BPF_RET | libc::BPF_K;
+    // struct seccomp_data: nr at 0, arch at 4.
+    let mut prog = [
+        stmt(ld, 4),
+        jeq(AUDIT_ARCH, 0, 3),
+        stmt(ld, 0),
+        jeq(nrs[0] as u32, 2, 0),
+        jeq(nrs[1] as u32, 1, 0),
+        stmt(ret, libc::SECCOMP_RET_ALLOW),
+        stmt(ret, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: a filter of our own, read by the kernel during the call.
+    let r = unsafe {
+        raw(
+            libc::SYS_seccomp,
+            [
+                libc::SECCOMP_SET_MODE_FILTER as c_long,
+                // Every thread; and leave the program's speculation
+                // mitigations as they were (a filter turns on the store
+                // bypass one where the kernel's default is `seccomp`).
+                (libc::SECCOMP_FILTER_FLAG_TSYNC | libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW) as c_long,
+                &fprog as *const libc::sock_fprog as c_long,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+    r == 0
 }
