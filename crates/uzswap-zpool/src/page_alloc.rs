@@ -731,7 +731,16 @@ impl Core {
 
     /// The fill thread waits for an allocation to wake it (or the owner's
     /// drop).
+    /// The stop flag is read here, under the lock, with the sequence the
+    /// wait then sleeps on: `fill_loop` comes here after a fill that ran
+    /// with the lock dropped, and a drop whose notification fell in that
+    /// fill left the thread asleep for good (the sequence it read was
+    /// already past the notification), and the drop waiting on its join
+    /// (a test process hung so).
     fn idle(&self, g: &mut parking_lot::MutexGuard<'_, Inner>) {
+        if self.fill_stop.load(Ordering::Acquire) {
+            return;
+        }
         g.filler_idle = true;
         self.fill.wait_unlocked(g, None);
         g.filler_idle = false;
@@ -1328,6 +1337,12 @@ impl Inner {
 
 #[cfg(test)]
 impl Core {
+    /// Whether the fill thread is faulting pages in now.
+    #[cfg(test)]
+    pub(crate) fn filling(&self) -> bool {
+        self.inner.lock().filling_pages > 0
+    }
+
     /// Wait until the fill thread (if any) waits with no wake-up pending,
     /// so the figures hold still until the next allocation.
     pub(crate) fn wait_fill_idle(&self) {
@@ -1819,6 +1834,43 @@ mod tests {
         pa.wait_fill_idle();
         pa.trim(0);
         assert_eq!((pa.held_bytes(), pa.arenas()), (0, 0));
+    }
+
+    /// A drop that comes while the fill thread faults pages in, with the
+    /// lock dropped, after the owner gave everything back (the fill is then
+    /// not kept and the thread goes idle): the thread must see the stop and
+    /// the drop's join return. It slept for good once, the drop's
+    /// notification having come before the thread read the sequence it
+    /// waited on. Each round races one drop against one fill; a watchdog
+    /// fails the test where a drop does not return.
+    #[test]
+    fn a_drop_during_a_fill_stops_the_fill_thread() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rounds = 100;
+        std::thread::spawn(move || {
+            for round in 0..rounds {
+                let pa = PageAlloc::with_fill(false, true);
+                let runs: Vec<_> = (0..1100).map(|_| pa.alloc(1).unwrap()).collect();
+                // Started past FILL_FROM_PAGES; wait until it fills.
+                let t0 = std::time::Instant::now();
+                while !pa.filling() && t0.elapsed().as_millis() < 200 {
+                    std::hint::spin_loop();
+                }
+                for r in runs {
+                    pa.free(r, true);
+                }
+                drop(pa);
+                tx.send(round).unwrap();
+            }
+        });
+        for round in 0..rounds {
+            match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+                Ok(r) => assert_eq!(r, round),
+                Err(e) => {
+                    panic!("round {round}: a drop did not return ({e}): the fill thread slept on")
+                }
+            }
+        }
     }
 
     /// Where the fill thread runs, frees leave a due trim to it: the cache
