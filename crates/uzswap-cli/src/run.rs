@@ -68,7 +68,9 @@ pub struct Args {
     pub writeback_plain: bool,
     /// Append each process's figures (JSON, one line each) to FILE at its
     /// exit; without it they go to stderr (or, with --json, into the
-    /// summary).
+    /// summary). A program that ends with the exit_group system call
+    /// itself (Go's runtime) runs no exit handler and writes no exit line:
+    /// use --stats-every for its figures.
     #[arg(long)]
     pub stats: Option<PathBuf>,
     /// Also write the figures every this many seconds.

@@ -214,6 +214,9 @@ struct Victim {
 impl Victim {
     /// `w`: the chunk's word when it was taken (now EVICTING, ours).
     fn new(r: &Arc<RegionInner>, ci: usize, w: u32) -> Victim {
+        if !r.evicted_once.load(Relaxed) {
+            r.evicted_once.store(true, Release);
+        }
         Victim {
             r: r.clone(),
             ci,

@@ -1733,7 +1733,9 @@ pub(super) fn will_need(
     r: &RegionInner,
     chunks: Range<usize>,
 ) -> Result<(), RegionError> {
-    let mut scratch = vec![0u8; sh.chunk];
+    // Made at the first chunk to bring in: most calls (a fork's scan of
+    // every region) find none.
+    let mut scratch = Vec::new();
     for ci in chunks {
         // Most chunks of a region have nothing to bring in: read their
         // state before the backstop and the lock (a fork scans every chunk
@@ -1748,6 +1750,9 @@ pub(super) fn will_need(
         let live = r.live.read();
         if !*live {
             break;
+        }
+        if scratch.is_empty() {
+            scratch = vec![0u8; sh.chunk];
         }
         // Prefetched chunks count as read: they stay clean when keep_copy
         // (a hint, not a fault: the keep policy, `as_write`, judges faults).

@@ -325,7 +325,10 @@ impl Uzswap {
         for attempt in 0.. {
             let mut left = 0usize;
             for r in sh.snapshot_regions() {
-                if !r.registered.load(Acquire) {
+                // Nothing of a region no eviction ever took can be
+                // unmapped (`RegionInner::evicted_once`; every slot is ours,
+                // so no eviction is between its taking and that flag).
+                if !r.registered.load(Acquire) || !r.evicted_once.load(Acquire) {
                     continue;
                 }
                 fault::will_need(sh, &r, 0..r.state.len())?;
