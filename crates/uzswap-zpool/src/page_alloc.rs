@@ -731,6 +731,7 @@ impl Core {
 
     /// The fill thread waits for an allocation to wake it (or the owner's
     /// drop).
+    ///
     /// The stop flag is read here, under the lock, with the sequence the
     /// wait then sleeps on: `fill_loop` comes here after a fill that ran
     /// with the lock dropped, and a drop whose notification fell in that
@@ -1338,7 +1339,6 @@ impl Inner {
 #[cfg(test)]
 impl Core {
     /// Whether the fill thread is faulting pages in now.
-    #[cfg(test)]
     pub(crate) fn filling(&self) -> bool {
         self.inner.lock().filling_pages > 0
     }
