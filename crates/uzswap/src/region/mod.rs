@@ -715,10 +715,10 @@ struct RegionInner {
     /// The groups each stored chunk had mapped when it was evicted (all,
     /// for a whole chunk): a refault counts only on one of them.
     evicted: Box<[std::sync::atomic::AtomicU16]>,
-    /// What each chunk's last store kept of it, and whether the CLOCK's
-    /// extra pass for a chunk that compresses poorly is spent
+    /// What each chunk's last store kept of it, whether it came back
+    /// within a turn since, and the CLOCK's extra passes spent on it
     /// (`evict::density`).
-    density: Box<[std::sync::atomic::AtomicU8]>,
+    density: Box<[std::sync::atomic::AtomicU16]>,
     /// False once teardown began. Read-held by anyone touching the memory
     /// or the chunk states with side effects.
     live: RwLock<bool>,
