@@ -729,11 +729,13 @@ fn select(
 /// compressible one costs a decompression. xz's match finder keeps its
 /// tables so (most of its 52 MB compresses below 1.1:1 and is read at
 /// random): under 45 MiB, one pass gave 103 k raw stores, 188 k pages
-/// written back and 148 k read back; seven 56 k, 112 k and 94 k, and 17%
-/// less time. Only after a refault: a raw chunk that stays away once
-/// evicted is cold, and holding such chunks resident seven turns longer
-/// cost Python's heap program (a few thousand raw chunks among 17 k
-/// evictions) 20% more faults in three runs of four.
+/// written back and 148 k read back; seven 53 k, 113 k and 94 k; fifteen
+/// (the most the value holds) 37 k, 77 k and 66 k, and a third less time.
+/// Only after a refault: a raw chunk that stays away once evicted is cold,
+/// and holding every raw chunk resident seven turns longer cost Python's
+/// heap program (a few thousand raw chunks among 17 k evictions) 20% more
+/// faults in three runs of four. Still a delay, not a preference: a raw
+/// chunk not read again goes after its passes.
 ///
 /// Two bytes per chunk: bits 0-6 the stored share in percent (0: never
 /// stored; 100: stored as is), bit 7 a workingset refault since the store,
@@ -746,7 +748,7 @@ pub(super) mod density {
     /// Stored share above which a chunk is a poor victim.
     pub const POOR_PERCENT: u16 = 67;
     /// Extra passes of a chunk stored as is that came back within a turn.
-    pub const RAW_PASSES: u16 = 7;
+    pub const RAW_PASSES: u16 = 15;
     /// Most passes a chunk gets over the hand's plain two (REF, then taken).
     pub const MAX_PASSES: usize = RAW_PASSES as usize;
     /// Bits 0-6: the stored share in percent (0: never stored); bit 7: a
