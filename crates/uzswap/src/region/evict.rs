@@ -734,15 +734,15 @@ fn select(
 /// Only after a refault: a raw chunk that stays away once evicted is cold,
 /// and holding every raw chunk resident seven turns longer cost Python's
 /// heap program (a few thousand raw chunks among 17 k evictions) 20% more
-/// faults in three runs of four. Raw from 90%, not only at 100%: a chunk
-/// that came back page by page holds a zero page or a text page among its
-/// raw ones (under 41 MiB: 176-187 k device reads at 100%, 74-77 k at
-/// 90%). Still a delay, not a preference: a raw chunk not read again goes
-/// after its passes.
+/// faults in three runs of four (the build before: one of eight). Raw
+/// from 90%, not only at 100%: a chunk that came back page by page holds a
+/// zero page or a text page among its raw ones (under 41 MiB: 176-187 k
+/// device reads at 100%, 74-77 k at 90%). Still a delay, not a
+/// preference: a raw chunk not read again goes after its passes.
 ///
 /// Two bytes per chunk: bits 0-6 the stored share in percent (0: never
-/// stored), bit 7 a workingset refault since the store,
-/// bits 8-11 the passes spent since the last reference. Racy by design
+/// stored), bit 7 a workingset refault since the store, bits 8-11 the
+/// passes spent since the last reference. Racy by design
 /// (relaxed loads and stores): it steers the choice of victims, never
 /// their correctness.
 pub(super) mod density {
