@@ -51,7 +51,7 @@ const PER: usize = 1 << ORDER;
 /// 1 MiB hot, 31 MiB streamed, an 8 MiB budget.
 const HOT: usize = 16;
 const CHUNKS: usize = 512;
-const ROUNDS: usize = 12;
+const ROUNDS: usize = 20;
 /// Streamed chunks read per round: half the budget.
 const STREAM: usize = 64;
 
@@ -108,10 +108,14 @@ fn a_hot_set_read_without_faults_stays_when_accessed_bits_are_sampled() {
     assert!(st.young_samples > 0 && st.young_splits > 0, "{st:?}");
     assert!(st.young_marked > 0, "{st:?}");
     // Without samples the hot set (16 chunks, read whole) faults back about
-    // once a turn of the hand: 16-30 faults over these rounds; with them,
-    // none here.
+    // once a turn of the hand: 51-52 faults over these ten rounds. With
+    // them it stays, but for a round now and then: in eleven runs 0 five
+    // times, 13, 16 four times and 21 (a loss fell in the last six of
+    // twelve rounds once in a CI run). A stream that passes the budget
+    // many times over a round does not always leave a sample between the
+    // hot set's reads and the hand.
     assert!(
-        late <= HOT as u64 / 4,
+        late <= HOT as u64 * 3 / 2,
         "the hot set faulted {late} times in the last {} rounds: {st:?}",
         ROUNDS / 2
     );
@@ -126,7 +130,7 @@ fn without_samples_the_hot_set_is_evicted() {
     };
     assert_eq!(st.young_samples, 0, "{st:?}");
     assert!(
-        late > HOT as u64 / 2,
+        late > 2 * HOT as u64,
         "the hot set faulted only {late} times unsampled: {st:?}"
     );
 }
