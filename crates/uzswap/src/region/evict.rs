@@ -645,8 +645,12 @@ fn select(
         return 0;
     }
     // Each chunk can need this many visits: REF, ACTIVE, REJECTED, a poor
-    // compressor's extra passes, then taken.
+    // compressor's extra passes, then taken. A whole turn that found
+    // nothing to age or take (every chunk unmapped, owned or pinned) ends
+    // the walk at once: the passes' visits are for chunks that spend them,
+    // not a bound on a scan of nothing.
     let mut budget = (4 + density::MAX_PASSES) * total + 1;
+    let mut idle = 0usize;
     let mut ri = regions
         .iter()
         .position(|r| r.base >= clock.base)
@@ -654,11 +658,11 @@ fn select(
     if regions[ri].base != clock.base {
         clock.ci = 0;
     }
-    while budget > 0 && got < want {
+    while budget > 0 && idle < total && got < want {
         let r = &regions[ri];
         let live = r.live.read();
         if *live {
-            while clock.ci < r.state.len() && budget > 0 && got < want {
+            while clock.ci < r.state.len() && budget > 0 && idle < total && got < want {
                 budget -= 1;
                 let ci = clock.ci;
                 clock.ci += 1;
@@ -667,8 +671,10 @@ fn select(
                 let w = s.load(Acquire);
                 let st = chunk::state(w);
                 if !evictable(st) || w & PINNED != 0 {
+                    idle += 1;
                     continue;
                 }
+                idle = 0;
                 let clear = if w & REF != 0 {
                     REF
                 } else if w & ACTIVE != 0 {
@@ -695,6 +701,7 @@ fn select(
             }
         } else {
             budget = budget.saturating_sub(r.state.len());
+            idle += r.state.len();
         }
         drop(live);
         if clock.ci >= r.state.len() {
@@ -722,11 +729,11 @@ fn select(
 ///
 /// A chunk stored as is (nothing compressed: random data, a hash table of
 /// positions; `RAW_PERCENT` of it or more) that came back within a turn of
-/// the hand of its eviction (a workingset refault) gets `RAW_PASSES`. Its eviction freed nothing at
-/// all: the batch reads as futile and the evictor writes the pool's raw
-/// entries back to make its room, so the chunk costs a store, a write
-/// and, when it is read again, a device read (~100 us here) where a
-/// compressible one costs a decompression. xz's match finder keeps its
+/// the hand of its eviction (a workingset refault) gets `RAW_PASSES`. Its
+/// eviction freed nothing at all: the batch reads as futile and the
+/// evictor writes the pool's raw entries back to make its room, so the
+/// chunk costs a store, a write and, when it is read again, a device read
+/// (~100 us here) where a compressible one costs a decompression. xz's match finder keeps its
 /// tables so (most of its 52 MB compresses below 1.1:1 and is read at
 /// random): under 45 MiB, one pass gave 103 k raw stores, 188 k pages
 /// written back and 148 k read back; seven 53 k, 113 k and 94 k; fifteen
