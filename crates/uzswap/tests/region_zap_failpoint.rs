@@ -2,7 +2,7 @@
 //! (`MADV_DONTNEED`) refused after the chunk's content went to the cache
 //! must leave the chunk mapped, charged and correct (a whole chunk
 //! writable again, a partial chunk still partial, a chunk zapped in part
-//! before the refusal whole again), and a later eviction and fault must
+//! before the refusal whole again, a partial one with its mapped pages), and a later eviction and fault must
 //! bring every byte back. One test in its own binary: the
 //! failpoint is process-wide.
 
@@ -80,6 +80,26 @@ fn a_refused_zap_keeps_the_chunk_mapped_and_loses_nothing() {
         faults,
         "the refused chunk is mapped whole"
     );
+    check(&r, &[3, PER + 5]);
+
+    // The same midway refusal of a partial chunk's zap: the mapped pages
+    // in the half zapped before it go back from the cache too (dropped
+    // with their copies, they read back as zeros).
+    r.advise(0..len, Advice::PageOut).unwrap();
+    let c = 2 * PER;
+    read(&r, c + 1);
+    read(&r, c + 3);
+    let restored = uz.stats().zapped_restored;
+    assert_eq!(r.resident_bytes(), 2 * PAGE_SIZE as u64);
+    failpoints::fail_next_zap_midway();
+    r.advise(c * PAGE_SIZE..(c + PER) * PAGE_SIZE, Advice::PageOut)
+        .unwrap();
+    assert_eq!(r.resident_bytes(), 2 * PAGE_SIZE as u64);
+    assert_eq!(uz.stats().zapped_restored, restored + 2);
+    let faults = uz.stats().pgmajfault;
+    read(&r, c + 1);
+    read(&r, c + 3);
+    assert_eq!(uz.stats().pgmajfault, faults, "both pages still mapped");
     check(&r, &[3, PER + 5]);
     let st = uz.stats();
     assert_eq!(st.fault_errors, 0, "{st:?}");

@@ -1059,7 +1059,7 @@ impl Zaps {
         let skip = usize::from(inject != 0);
         if inject == 2 {
             let a = self.ranges[0].start;
-            let half = a..a + sh.chunk / 2;
+            let half = a..(a + sh.chunk / 2).min(self.ranges[0].end);
             // SAFETY: half of one of these chunks, as the flush would zap.
             let _ = unsafe { uzswap_zpool::zap::zapper().zap(std::slice::from_ref(&half)) };
         }
@@ -1114,7 +1114,7 @@ impl Zaps {
                     sh.resident.fetch_add(bytes, Relaxed);
                     recharged += bytes as i64;
                     for ci in refused {
-                        restore_zapped(sh, r, ci);
+                        restore_zapped(sh, r, ci, u16::MAX, false);
                         sh.zswap.invalidate_range(sh.entry(r, ci), 1 << sh.order);
                         let a = r.chunk_addr(ci, sh.chunk);
                         let _ = sh
@@ -1126,14 +1126,21 @@ impl Zaps {
                 }
                 (
                     Zapped::Partial {
-                        ci, taken, bytes, ..
+                        ci,
+                        mask,
+                        taken,
+                        bytes,
                     },
                     Some(e),
                 ) => {
                     eprintln!("uzswap: evictor: MADV_DONTNEED: {e}");
-                    // Still mapped and protected, so PARTIAL again; the
-                    // copies claimed or stored just now are no longer clean
-                    // copies, so they are dropped.
+                    // Still mapped and protected, so PARTIAL again: what
+                    // the kernel zapped before it refused goes back from
+                    // the cache, protected (a PARTIAL group may be mapped
+                    // so without a copy); then the copies claimed or
+                    // stored just now are no longer clean copies, so they
+                    // are dropped.
+                    restore_zapped(sh, r, ci, mask, true);
                     sh.resident.fetch_add(bytes, Relaxed);
                     recharged += bytes as i64;
                     for k in taken {
@@ -1151,14 +1158,16 @@ impl Zaps {
     }
 }
 
-/// Chunk `ci` (EVICTING, whole, its content in the cache) had its zap
-/// refused, but the kernel may have zapped its pages before the mapping it
-/// refused (a lock that begins inside the chunk): put those back from the
-/// cache, where their only copies are, before the chunk is undone to
-/// RESIDENT and the copies dropped. Pages the kernel did not reach are
-/// still mapped and skipped (`mincore`); an install that finds one mapped
-/// after all is skipped too.
-fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize) {
+/// Chunk `ci` (EVICTING, its evicted groups' content in the cache) had a
+/// zap refused, but the kernel may have zapped pages before the mapping it
+/// refused (a lock that begins inside the chunk): put those of the groups
+/// of `groups` back from the cache (write-protected with `wp`), where
+/// their only copies are, before the chunk is undone and the copies
+/// dropped. Pages the kernel did not reach are still mapped and skipped
+/// (`mincore`); an install that finds one mapped after all is skipped too.
+/// Only the evicted groups: a partial chunk's others are unmapped, and
+/// stay so.
+fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize, groups: u16, wp: bool) {
     let base = r.chunk_addr(ci, sh.chunk);
     let n = sh.chunk / PAGE_SIZE;
     let mut present = vec![0u8; n];
@@ -1169,7 +1178,8 @@ fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize) {
     }
     let first = sh.entry(r, ci);
     let mut page = vec![0u8; PAGE_SIZE];
-    for p in (0..n).filter(|&p| present[p] & 1 == 0) {
+    let wanted = |p: usize| chunk::group_bit(p, n) & groups != 0;
+    for p in (0..n).filter(|&p| present[p] & 1 == 0 && wanted(p)) {
         let at = base + p * PAGE_SIZE;
         match sh.zswap.load(
             first.offset(p as u64),
@@ -1179,14 +1189,7 @@ fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize) {
             // SAFETY: one page of a registered region's chunk we own
             // (EVICTING) under the caller's `live`; `page` is readable.
             Ok(()) => match unsafe {
-                super::uffd_sys::copy(
-                    super::uffd_fd(sh),
-                    at,
-                    page.as_ptr(),
-                    PAGE_SIZE,
-                    false,
-                    false,
-                )
+                super::uffd_sys::copy(super::uffd_fd(sh), at, page.as_ptr(), PAGE_SIZE, wp, false)
             } {
                 Ok(_) => sh.ctr.zapped_restored.fetch_add(1, Relaxed),
                 Err((e, _)) => {

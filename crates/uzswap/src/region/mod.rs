@@ -76,7 +76,8 @@
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
 //!   EVICTING  --a partial chunk's page store refused---------> PARTIAL
 //!   EVICTING  --zap refused: drop its copies, unprotect------> RESIDENT
-//!   EVICTING  --a partial chunk's zap refused: drop the
+//!   EVICTING  --a partial chunk's zap refused: put back what
+//!               was zapped before the refusal, drop the
 //!               mapped pages' copies---------------------------> PARTIAL
 //!   EVICTING  --a partial victim not yet evicted, with a read
 //!               of its other pages waiting: handed back, REF---> PARTIAL
