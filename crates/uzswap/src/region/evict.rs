@@ -205,6 +205,9 @@ struct Victim {
     from: u32,
     /// PARTIAL: its mapped groups.
     mask: u16,
+    /// PARTIAL: the mapped groups that stay mapped (a trim, `select`); 0
+    /// where the whole chunk goes.
+    keep: u16,
     /// The word it was taken with (`chunk::must_protect` reads it).
     word: u32,
     /// Write-protected already by its step's [`protect_ahead`].
@@ -222,9 +225,16 @@ impl Victim {
             ci,
             from: chunk::state(w),
             mask: chunk::part_mask(w).unwrap_or(0),
+            keep: 0,
             word: w,
             protected: false,
         }
+    }
+
+    /// The groups this eviction takes: a partial victim's mapped ones but
+    /// those it keeps.
+    fn going(&self) -> u16 {
+        self.mask & !self.keep
     }
 }
 
@@ -687,6 +697,13 @@ fn select(
                 if clear != 0 {
                     if clear == REF {
                         density::renew(&r.density[ci]);
+                        if st == PARTIAL {
+                            if let Some(v) = trim(r, ci, w, chunk) {
+                                got += v.1;
+                                out.push(v.0);
+                                continue;
+                            }
+                        }
                     }
                     let _ = chunk::transition(s, st, st, clear, 0);
                     continue;
@@ -711,6 +728,46 @@ fn select(
         clock.base = regions[ri].base;
     }
     got
+}
+
+/// The hand spares PARTIAL chunk `ci` of `r` (word `w`, REF): where one
+/// of its mapped groups was faulted in since the hand's last pass and the
+/// others were not, take those others for eviction, the chunk staying
+/// PARTIAL with the one (a trim). The victim and the bytes it holds; None
+/// where there is nothing to trim, the fresh groups then turning old.
+///
+/// Why: a fault is the only reference a mapped page earns, and a chunk
+/// earns it for any of its groups. A chunk read page by page at one place
+/// at a time (a match finder's table of positions, xz's and zstd's) kept
+/// the pages read once long ago resident under the REF of the one read
+/// lately, and its eviction at the next quiet pass took that page with
+/// them. One fresh group only: where several came in since the last pass
+/// the chunk is used at many places at once, its pages hot together (the
+/// threads program's blocks; usemem's skewed rows), and its unfaulted
+/// pages are as likely read as its faulted ones. Trimming to every fresh
+/// group cost the threads program 14% more faults and the skewed text row
+/// 4% (xz 10% fewer); one group leaves both as they were and keeps most of
+/// xz's gain (docs/BENCHMARKS.md, "Trimming a partial chunk"). A KEPT
+/// chunk came in whole and is used whole: not trimmed.
+fn trim(r: &Arc<RegionInner>, ci: usize, w: u32, chunk: usize) -> Option<(Victim, u64)> {
+    let fresh = &r.fresh[ci];
+    let seen = fresh.load(Relaxed);
+    let mask = chunk::part_mask(w)?;
+    if w & KEPT != 0 || (seen & mask).count_ones() != 1 || mask & !seen == 0 {
+        fresh.fetch_and(!seen, Relaxed);
+        return None;
+    }
+    let s = &r.state[ci];
+    // Taken only from the very word judged: a fault since may have added
+    // a group, which is fresh.
+    s.compare_exchange(w, (w & !STATE_MASK) | EVICTING, AcqRel, Acquire)
+        .ok()?;
+    fresh.store(0, Relaxed);
+    let mut v = Victim::new(r, ci, w);
+    v.keep = mask & seen;
+    let group = chunk::group_pages(chunk / PAGE_SIZE) * PAGE_SIZE;
+    let bytes = (v.going().count_ones() as usize * group) as u64;
+    Some((v, bytes))
 }
 
 /// A chunk's density: what its last store kept of it, and the CLOCK's
@@ -1016,6 +1073,9 @@ const ZAP_BYTES: usize = 4 << 20;
 #[derive(Default)]
 struct Zaps {
     ranges: Vec<Range<usize>>,
+    /// Per range, the index in `what` of the victim it zaps (a trimmed
+    /// chunk's groups are several ranges).
+    owner: Vec<usize>,
     what: Vec<Zapped>,
     bytes: usize,
 }
@@ -1023,21 +1083,26 @@ struct Zaps {
 enum Zapped {
     /// A stretch of whole chunks (indexes `cis`).
     Run { cis: Range<usize> },
-    /// A partial chunk, with the keys of the copies its mapped pages now
-    /// own (claimed or stored) and the bytes it was charged.
+    /// A partial chunk, with the keys of the copies its evicted pages now
+    /// own (claimed or stored) and the bytes it was charged for them.
     Partial {
         ci: usize,
         /// Its mapped groups.
         mask: u16,
+        /// Those that stay mapped (a trim), or 0.
+        keep: u16,
         taken: Vec<SwapEntry>,
         bytes: u64,
     },
 }
 
 impl Zaps {
-    fn push(&mut self, range: Range<usize>, what: Zapped) {
-        self.bytes += range.len();
-        self.ranges.push(range);
+    fn push(&mut self, ranges: impl IntoIterator<Item = Range<usize>>, what: Zapped) {
+        for range in ranges {
+            self.bytes += range.len();
+            self.ranges.push(range);
+            self.owner.push(self.what.len());
+        }
         self.what.push(what);
     }
 
@@ -1073,15 +1138,21 @@ impl Zaps {
         if skip == 1 {
             failed.insert(0, (0, std::io::Error::from_raw_os_error(libc::EAGAIN)));
         }
-        let mut failed = failed.into_iter().peekable();
+        // A victim failed if any of its ranges did.
+        let mut errs: Vec<Option<std::io::Error>> = self.what.iter().map(|_| None).collect();
+        for (i, e) in failed {
+            errs[self.owner[i]].get_or_insert(e);
+        }
         let mut recharged = 0i64;
-        for (k, what) in self.what.drain(..).enumerate() {
-            let err = failed.next_if(|(i, _)| *i == k).map(|(_, e)| e);
+        for (k, (what, err)) in self.what.drain(..).zip(errs).enumerate() {
             match (what, err) {
                 (Zapped::Run { cis }, None) => {
                     for ci in cis {
                         stored_now(sh, r, ci, u16::MAX);
                     }
+                }
+                (Zapped::Partial { ci, keep, .. }, None) if keep != 0 => {
+                    trimmed_now(sh, r, ci, keep)
                 }
                 (Zapped::Partial { ci, mask, .. }, None) => stored_now(sh, r, ci, mask),
                 (Zapped::Run { cis }, Some(e)) => {
@@ -1128,6 +1199,7 @@ impl Zaps {
                     Zapped::Partial {
                         ci,
                         mask,
+                        keep,
                         taken,
                         bytes,
                     },
@@ -1140,7 +1212,7 @@ impl Zaps {
                     // so without a copy); then the copies claimed or
                     // stored just now are no longer clean copies, so they
                     // are dropped.
-                    restore_zapped(sh, r, ci, mask, true);
+                    restore_zapped(sh, r, ci, mask & !keep, true);
                     sh.resident.fetch_add(bytes, Relaxed);
                     recharged += bytes as i64;
                     for k in taken {
@@ -1153,6 +1225,7 @@ impl Zaps {
             }
         }
         self.ranges.clear();
+        self.owner.clear();
         self.bytes = 0;
         recharged
     }
@@ -1165,8 +1238,6 @@ impl Zaps {
 /// their only copies are, before the chunk is undone and the copies
 /// dropped. Pages the kernel did not reach are still mapped and skipped
 /// (`mincore`); an install that finds one mapped after all is skipped too.
-/// Only the evicted groups: a partial chunk's others are unmapped, and
-/// stay so.
 fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize, groups: u16, wp: bool) {
     let base = r.chunk_addr(ci, sh.chunk);
     let n = sh.chunk / PAGE_SIZE;
@@ -1205,14 +1276,16 @@ fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize, groups: u16, wp: bool
     }
 }
 
-/// The address range of victim `v`'s mapped pages: the whole chunk, or a
-/// partial chunk's first mapped group to its last.
+/// The address range of the mapped pages victim `v` evicts: the whole
+/// chunk, or a partial chunk's first such group to its last (a trimmed
+/// chunk's kept groups between them are protected with them: they stay
+/// DIRTY, and a write lifts it again).
 fn mapped_span(sh: &Shared, v: &Victim) -> Range<usize> {
     let base = v.r.chunk_addr(v.ci, sh.chunk);
     if v.from != PARTIAL {
         return base..base + sh.chunk;
     }
-    let ranges = chunk::mask_ranges(v.mask, 1 << sh.order);
+    let ranges = chunk::mask_ranges(v.going(), 1 << sh.order);
     match (ranges.first(), ranges.last()) {
         (Some(a), Some(b)) => base + a.start * PAGE_SIZE..base + b.end * PAGE_SIZE,
         _ => base..base + sh.chunk,
@@ -1415,7 +1488,7 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i6
         }
         let a = r.chunk_addr(run[k].ci, chunk);
         zaps.push(
-            a..a + (m - k) * chunk,
+            std::iter::once(a..a + (m - k) * chunk),
             Zapped::Run {
                 cis: run[k].ci..run[m - 1].ci + 1,
             },
@@ -1454,13 +1527,40 @@ fn hand_back(sh: &Shared, r: &RegionInner, v: &Victim, addr: usize) -> bool {
 fn stored_now(sh: &Shared, r: &RegionInner, ci: usize, mask: u16) {
     let now = sh.evict_clock.fetch_add(1, Relaxed);
     r.shadow[ci].store(now as u32, Relaxed);
-    r.evicted[ci].store(mask, Relaxed);
+    // A partial chunk's groups trimmed before count as mapped too.
+    let trimmed = if mask == u16::MAX {
+        0
+    } else {
+        r.evicted[ci].load(Relaxed)
+    };
+    r.evicted[ci].store(mask | trimmed, Relaxed);
     sh.ctr.evicted_chunks.fetch_add(1, Relaxed);
     super::young::evicted(sh, r.state[ci].load(Relaxed));
     // A parked writer retries, takes a missing fault and is served from
     // the copy just stored.
     let clear = REF | ACTIVE | REJECTED | PART_BITS;
     if chunk::release(&r.state[ci], STORED, clear, 0) {
+        sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+    }
+}
+
+/// Partial chunk `ci` of `r` (EVICTING, ours) had the groups it does not
+/// keep trimmed (stored and zapped): PARTIAL again with the groups of
+/// `keep`, its REF spent on the pass that trimmed it.
+fn trimmed_now(sh: &Shared, r: &RegionInner, ci: usize, keep: u16) {
+    let w = r.state[ci].load(Relaxed);
+    let mask = chunk::part_mask(w).unwrap_or(0);
+    let going = mask & !keep;
+    r.evicted[ci].fetch_or(going, Relaxed);
+    sh.ctr
+        .evicted_trimmed
+        .fetch_add(u64::from(going.count_ones()), Relaxed);
+    if chunk::release(
+        &r.state[ci],
+        PARTIAL,
+        REF | MASK_BITS,
+        chunk::part_bits(keep),
+    ) {
         sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
     }
 }
@@ -1486,7 +1586,7 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
         return 0;
     }
     let first = sh.entry(r, v.ci);
-    let ranges = chunk::mask_ranges(v.mask, 1 << sh.order);
+    let ranges = chunk::mask_ranges(v.going(), 1 << sh.order);
     if chunk::must_protect(v.word) && !v.protected {
         // From here a write to a mapped group traps and parks on the
         // chunk (EVICTING), as for a whole chunk in `evict_run`. One call
@@ -1519,11 +1619,20 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
     // or are freed for room, and written-back copies are never freed for
     // room (counted, they turned GNU sort's reads protected: 4-7 k
     // write-protect faults against 1.5 k).
-    let ranges = if v.word & KEPT != 0 && sh.zswap.claim_clean(first, sh.order) {
+    let ranges = if v.word & KEPT != 0 && v.keep == 0 && sh.zswap.claim_clean(first, sh.order) {
         taken.extend((0..1u64 << sh.order).map(|i| first.offset(i)));
         Vec::new()
     } else {
         ranges
+    };
+    let zap: Vec<Range<usize>> = if v.keep == 0 {
+        // One range for the chunk: its other pages are not mapped.
+        std::iter::once(base..base + sh.chunk).collect()
+    } else {
+        ranges
+            .iter()
+            .map(|p| base + p.start * PAGE_SIZE..base + p.end * PAGE_SIZE)
+            .collect()
     };
     for i in ranges.into_iter().flatten() {
         let key = first.offset(i as u64);
@@ -1574,12 +1683,12 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
     }
     let bytes = (taken.len() * PAGE_SIZE) as u64;
     sh.resident.fetch_sub(bytes, Relaxed);
-    // One range for the chunk: its other pages are not mapped.
     zaps.push(
-        base..base + sh.chunk,
+        zap,
         Zapped::Partial {
             ci: v.ci,
             mask: v.mask,
+            keep: v.keep,
             taken,
             bytes,
         },
@@ -1650,6 +1759,58 @@ mod tests {
         density::refaulted(&d);
         assert!(density::spend_extra_pass(&d));
         assert!(!density::spend_extra_pass(&d));
+    }
+
+    /// The hand at a referenced partial chunk that one fault reached since
+    /// its last pass takes the groups not faulted in since and leaves that
+    /// one mapped; where every mapped group is fresh, or none is (REF from
+    /// a sample, not a fault), or several are (used at many places), or the
+    /// chunk came in whole (KEPT), it only spends the REF, and the fresh
+    /// groups turn old. At the next pass without a fault a chunk goes whole.
+    #[test]
+    fn the_hand_trims_a_partial_chunk_used_at_one_place_to_that_group() {
+        let chunk = 16 * PAGE_SIZE;
+        let r = RegionInner::new(1, 1 << 30, 6, chunk, None);
+        let partial = |mask: u16| PARTIAL | REF | chunk::part_bits(mask);
+        let words = [
+            (partial(0b1010), 0b1010),
+            (partial(0b0100), 0),
+            (partial(0xffff) | KEPT, 0b1),
+            (partial(0b1111), 0b0011),
+            (partial(0b11_1111) | DIRTY, 0b10_0000),
+            (RESIDENT | REF, 0),
+        ];
+        for (ci, (w, fresh)) in words.into_iter().enumerate() {
+            r.state[ci].store(w, Relaxed);
+            r.fresh[ci].store(fresh, Relaxed);
+        }
+        let regions = [r.clone()];
+        let mut clock = Clock::default();
+        let mut out = Vec::new();
+        // One byte wanted: the walk ends at the first victim.
+        let got = select(&mut clock, &regions, 1, chunk, &mut out);
+        assert_eq!(out.len(), 1);
+        let v = &out[0];
+        assert_eq!((v.ci, v.mask, v.keep), (4, 0b11_1111, 0b10_0000));
+        assert_eq!(v.going(), 0b1_1111);
+        assert_eq!(got, 5 * PAGE_SIZE as u64, "the five old groups");
+        let w4 = r.state[4].load(Relaxed);
+        assert_eq!(chunk::state(w4), EVICTING);
+        assert_eq!(chunk::part_mask(w4), Some(0b11_1111), "mapped until zapped");
+        assert_eq!(r.fresh[4].load(Relaxed), 0, "the kept group is old now");
+        for (ci, (was, _)) in words.into_iter().enumerate().take(4) {
+            let w = r.state[ci].load(Relaxed);
+            assert_eq!((chunk::state(w), w & REF), (PARTIAL, 0), "chunk {ci}");
+            assert_eq!(chunk::part_mask(w), chunk::part_mask(was));
+            assert_eq!(r.fresh[ci].load(Relaxed), 0, "chunk {ci}");
+        }
+        assert_eq!(r.state[5].load(Relaxed), RESIDENT | REF, "not reached");
+        // The next pass: the hand spends chunk 5's REF, and takes 0 to 3
+        // whole (no fault since), then 5 at its second visit.
+        out.clear();
+        select(&mut clock, &regions, 3 * chunk as u64, chunk, &mut out);
+        let taken: Vec<_> = out.iter().map(|v| (v.ci, v.keep)).collect();
+        assert_eq!(taken, [(0, 0), (1, 0), (2, 0), (3, 0), (5, 0)]);
     }
 
     #[test]

@@ -1042,7 +1042,14 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
     } else {
         DENSE_SMALL
     };
-    let dense = mask.count_ones() >= need && {
+    // Groups the CLOCK trimmed since the first came in were brought in
+    // within the same window too (`RegionInner::evicted`, while PARTIAL).
+    let trimmed = if mask == 0 {
+        0
+    } else {
+        r.evicted[ci].load(Relaxed)
+    };
+    let dense = (mask | trimmed).count_ones() >= need && {
         let now = sh.ctr.pgmajfault.load(Relaxed) as u32;
         let age = now.wrapping_sub(r.shadow[ci].load(Relaxed)) as u64;
         age <= sh.resident.load(Relaxed) / sh.chunk as u64 * windows
@@ -1159,11 +1166,21 @@ fn install_group(
         fail(sh, &e);
         return Installed::Failed;
     }
+    let bit = chunk::group_bit(p, pages);
     if mask == 0 {
-        // While PARTIAL the shadow holds when its first group came in.
+        // While PARTIAL the shadow holds when its first group came in, and
+        // `evicted` the groups trimmed since (none yet: the refault above
+        // has read what it held).
         r.shadow[ci].store(sh.ctr.pgmajfault.load(Relaxed) as u32, Relaxed);
+        r.evicted[ci].store(0, Relaxed);
+        r.fresh[ci].store(bit, Relaxed);
+    } else {
+        r.fresh[ci].fetch_or(bit, Relaxed);
+        if r.evicted[ci].load(Relaxed) & bit != 0 {
+            sh.ctr.trim_refaults.fetch_add(1, Relaxed);
+        }
     }
-    let bits = chunk::part_bits(mask | chunk::group_bit(p, pages));
+    let bits = chunk::part_bits(mask | bit);
     let waiter = chunk::release(&r.state[ci], PARTIAL, clear, flags | bits);
     if mask == 0 {
         super::evict::on_probation(sh, r, ci);
@@ -1281,6 +1298,8 @@ fn unprotect_group(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -> bool
         .invalidate_range(sh.entry(r, ci).offset(p0 as u64), g as u64);
     let at = base + p0 * PAGE_SIZE;
     let res = unprotect(sh, at, g * PAGE_SIZE);
+    // A write is a reference of its group, as a fault that installs one.
+    r.fresh[ci].fetch_or(chunk::group_bit(p0, 1 << sh.order), Relaxed);
     // Failed, the group is still protected (or in part: a DIRTY chunk's
     // eviction protects its groups first), now with no copy: a valid
     // PARTIAL group, which an eviction stores afresh.

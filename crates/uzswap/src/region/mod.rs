@@ -73,6 +73,11 @@
 //!   PARTIAL   --evict: write-protect the mapped groups if DIRTY,
 //!               claim their copies (or store them), zap them
 //!               (EVICTING)------------------------------------> STORED
+//!   PARTIAL   --the CLOCK hand's pass with REF, one group
+//!               faulted in since its last pass and others
+//!               mapped (`evict::trim`): write-protect the others
+//!               if DIRTY, claim their copies (or store them),
+//!               zap them (EVICTING)---------------------------> PARTIAL(that group)
 //!   EVICTING  --store refused: unprotect + wake--------------> RESIDENT
 //!   EVICTING  --a partial chunk's page store refused---------> PARTIAL
 //!   EVICTING  --zap refused: drop its copies, unprotect------> RESIDENT
@@ -643,6 +648,13 @@ pub struct UzswapStats {
     /// Chunks the evictor took from probation (a partial chunk read once,
     /// `evict.rs`) rather than by CLOCK.
     pub evicted_probation: u64,
+    /// Groups the CLOCK hand trimmed from partial chunks it spared: mapped
+    /// groups not faulted in since its last pass, evicted while the one
+    /// group faulted in since stayed (`evict::trim`).
+    pub evicted_trimmed: u64,
+    /// Faults on a group trimmed from its chunk while the chunk stayed
+    /// partial: the trims' mistakes.
+    pub trim_refaults: u64,
     /// Partial chunks a batch had taken and then handed back, because a
     /// read of their unmapped pages was waiting on them.
     pub evict_yielded: u64,
@@ -691,6 +703,8 @@ struct Counters {
     copies_written: AtomicU64,
     reads_writable: AtomicU64,
     evicted_probation: AtomicU64,
+    evicted_trimmed: AtomicU64,
+    trim_refaults: AtomicU64,
     evict_yielded: AtomicU64,
     evict_aborts: AtomicU64,
     evict_protect_calls: AtomicU64,
@@ -714,8 +728,15 @@ struct RegionInner {
     /// change as "evicted since" (`young.rs`).
     shadow: Box<[AtomicU32]>,
     /// The groups each stored chunk had mapped when it was evicted (all,
-    /// for a whole chunk): a refault counts only on one of them.
+    /// for a whole chunk): a refault counts only on one of them. While a
+    /// chunk is PARTIAL, the groups trimmed from it since its first group
+    /// came in (`evict::evict_partial`), which its eviction adds.
     evicted: Box<[std::sync::atomic::AtomicU16]>,
+    /// The groups of each PARTIAL chunk faulted in (or written) since the
+    /// CLOCK hand last passed it: the only reference a mapped page earns,
+    /// per group (`evict::trim`). Racy by design, as `density`: it steers
+    /// the choice of victims, never their correctness.
+    fresh: Box<[std::sync::atomic::AtomicU16]>,
     /// What each chunk's last store kept of it, whether it came back
     /// within a turn since, and the CLOCK's extra passes spent on it
     /// (`evict::density`).
@@ -763,6 +784,7 @@ impl RegionInner {
             state: crate::swap::zeroed_records(nchunks),
             shadow: crate::swap::zeroed_records(nchunks),
             evicted: crate::swap::zeroed_records(nchunks),
+            fresh: crate::swap::zeroed_records(nchunks),
             density: crate::swap::zeroed_records(nchunks),
             live: RwLock::new(true),
             registered: AtomicBool::new(false),
@@ -1605,6 +1627,8 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         fault_errors: g(&c.fault_errors),
         evicted_chunks: g(&c.evicted_chunks),
         evicted_probation: g(&c.evicted_probation),
+        evicted_trimmed: g(&c.evicted_trimmed),
+        trim_refaults: g(&c.trim_refaults),
         evict_yielded: g(&c.evict_yielded),
         evicted_clean: g(&c.evicted_clean),
         copies_written: g(&c.copies_written),

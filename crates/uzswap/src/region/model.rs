@@ -21,7 +21,11 @@
 //! - an evictor takes the chunk when it is evictable (RESIDENT, CLEAN,
 //!   PARTIAL) and evicts it as `evict.rs` does: write-protect if
 //!   `must_protect`, then page by page claim the clean copy or store the
-//!   page, then zap and release to STORED;
+//!   page, then zap and release to STORED; or, half the time where a
+//!   partial chunk maps two groups or more, trims it (`evict::trim`): one
+//!   group stays mapped, the others (the span between them protected
+//!   first, a kept group inside it too) are stored and zapped, and the
+//!   chunk goes back PARTIAL with that group;
 //! - another eviction's write-protect call spans the chunk as one lying
 //!   between its victims (`evict::protect_ahead`): where the word is
 //!   `chunk::spannable` it holds the chunk with `chunk::hold` (the CAS of
@@ -42,7 +46,8 @@
 //! the store and the zap is lost); `own` without its compare-and-swap (two
 //! owners, or a resolver installing into a chunk being evicted);
 //! `spannable` true for a RESIDENT chunk (its pages protected behind a
-//! state that says writable).
+//! state that says writable); a trim that does not protect a DIRTY
+//! chunk's going groups (a write between store and zap lost, seed 33).
 //!
 //! Locking: none; the harness is single-threaded and interleaves by hand.
 
@@ -93,16 +98,21 @@ enum Step {
     /// The evictor looking for its next victim.
     Pick,
     /// The evictor owns the chunk taken with `prev`: protect if needed.
+    /// `keep`: a trim's group that stays mapped (`evict::trim`), or 0.
     Protect {
         prev: u32,
+        keep: u16,
     },
     /// Store or claim the copy of the mapped page `next` (and the rest).
     Store {
         prev: u32,
+        keep: u16,
         next: usize,
     },
-    /// Zap and release to STORED.
-    Zap,
+    /// Zap and release to STORED, or a trim's to PARTIAL with its group.
+    Zap {
+        keep: u16,
+    },
     /// Another eviction's write-protect call about to span the chunk as
     /// one between its victims (`evict::protect_ahead`): read the word.
     SpanLook,
@@ -491,7 +501,20 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                                 _ => "PARTIAL -> EVICTING",
                             });
                             actors[i].evictions += 1;
-                            Step::Protect { prev }
+                            // A trim, half the time where there is one to
+                            // make: one mapped group stays.
+                            let mask = part_mask(prev).unwrap_or(0);
+                            let keep = if prev & KEPT == 0
+                                && mask.count_ones() >= 2
+                                && rng.below(2) == 0
+                            {
+                                let mapped: Vec<usize> =
+                                    (0..P).filter(|&g| mask & (1 << g) != 0).collect();
+                                1 << mapped[rng.below(mapped.len())]
+                            } else {
+                                0
+                            };
+                            Step::Protect { prev, keep }
                         }
                         Err(_) => Step::Pick,
                     }
@@ -500,19 +523,32 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                 }
             }
         }
-        Step::Protect { prev } => {
+        Step::Protect { prev, keep } => {
             if chunk::must_protect(prev) {
-                for m in w.mem.iter_mut().flatten() {
-                    m.wp = true;
+                // A trim's call spans its groups' first to last, a kept
+                // group between them with them (`evict::mapped_span`).
+                let going = |g: usize| keep & (1 << g) == 0;
+                let first = (0..P).find(|&g| going(g) && w.mem[g].is_some());
+                let last = (0..P).rev().find(|&g| going(g) && w.mem[g].is_some());
+                if let (Some(a), Some(b)) = (first, last) {
+                    for m in w.mem[a..=b].iter_mut().flatten() {
+                        m.wp = true;
+                    }
                 }
             }
-            Step::Store { prev, next: 0 }
+            Step::Store {
+                prev,
+                keep,
+                next: 0,
+            }
         }
-        Step::Store { prev, next } => {
+        Step::Store { prev, keep, next } => {
             if next == P {
-                Step::Zap
+                Step::Zap { keep }
             } else {
-                if let Some(m) = w.mem[next] {
+                if keep & (1 << next) != 0 {
+                    // Stays mapped, its copy as it is.
+                } else if let Some(m) = w.mem[next] {
                     // Claim the clean copy, or store the page as it is now.
                     if w.cache[next].is_none() {
                         w.cache[next] = Some(m.val);
@@ -520,11 +556,20 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                 }
                 Step::Store {
                     prev,
+                    keep,
                     next: next + 1,
                 }
             }
         }
-        Step::Zap => {
+        Step::Zap { keep } if keep != 0 => {
+            w.hit("EVICTING -> PARTIAL (trimmed)");
+            for g in (0..P).filter(|&g| keep & (1 << g) == 0) {
+                w.mem[g] = None;
+            }
+            w.release(i, PARTIAL, REF | MASK_BITS, part_bits(keep), actors);
+            Step::Pick
+        }
+        Step::Zap { .. } => {
             w.hit("EVICTING -> STORED");
             w.mem = [None; P];
             w.release(i, STORED, REF | ACTIVE | REJECTED | PART_BITS, 0, actors);
@@ -678,6 +723,7 @@ fn chunk_state_machine_model() {
         "PARTIAL -> EVICTING",
         "PARTIAL+DIRTY -> EVICTING",
         "EVICTING -> STORED",
+        "EVICTING -> PARTIAL (trimmed)",
         "parked on an owned chunk",
         "woke parked threads",
         "lost the CAS to another thread",
