@@ -1151,8 +1151,8 @@ impl Zaps {
                         stored_now(sh, r, ci, u16::MAX);
                     }
                 }
-                (Zapped::Partial { ci, keep, .. }, None) if keep != 0 => {
-                    trimmed_now(sh, r, ci, keep)
+                (Zapped::Partial { ci, mask, keep, .. }, None) if keep != 0 => {
+                    trimmed_now(sh, r, ci, mask, keep)
                 }
                 (Zapped::Partial { ci, mask, .. }, None) => stored_now(sh, r, ci, mask),
                 (Zapped::Run { cis }, Some(e)) => {
@@ -1544,12 +1544,11 @@ fn stored_now(sh: &Shared, r: &RegionInner, ci: usize, mask: u16) {
     }
 }
 
-/// Partial chunk `ci` of `r` (EVICTING, ours) had the groups it does not
-/// keep trimmed (stored and zapped): PARTIAL again with the groups of
-/// `keep`, its REF spent on the pass that trimmed it.
-fn trimmed_now(sh: &Shared, r: &RegionInner, ci: usize, keep: u16) {
-    let w = r.state[ci].load(Relaxed);
-    let mask = chunk::part_mask(w).unwrap_or(0);
+/// Partial chunk `ci` of `r` (EVICTING, ours; the groups of `mask`
+/// mapped) had those it does not keep trimmed (stored and zapped): PARTIAL
+/// again with the groups of `keep`, its REF spent on the pass that
+/// trimmed it.
+fn trimmed_now(sh: &Shared, r: &RegionInner, ci: usize, mask: u16, keep: u16) {
     let going = mask & !keep;
     r.evicted[ci].fetch_or(going, Relaxed);
     sh.ctr

@@ -730,7 +730,7 @@ struct RegionInner {
     /// The groups each stored chunk had mapped when it was evicted (all,
     /// for a whole chunk): a refault counts only on one of them. While a
     /// chunk is PARTIAL, the groups trimmed from it since its first group
-    /// came in (`evict::evict_partial`), which its eviction adds.
+    /// came in (`evict::trimmed_now`), which its eviction adds.
     evicted: Box<[std::sync::atomic::AtomicU16]>,
     /// The groups of each PARTIAL chunk faulted in (or written) since the
     /// CLOCK hand last passed it: the only reference a mapped page earns,
