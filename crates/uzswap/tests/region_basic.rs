@@ -1,5 +1,6 @@
 //! Regions: zero-fill, round trips through the pool, hints, drop order.
 
+use std::time::{Duration, Instant};
 use uzswap::region::{Advice, Config};
 use uzswap::{Pattern, ZswapConfig, PAGE_SIZE};
 
@@ -387,4 +388,149 @@ fn two_writers_with_room_in_the_pool_write_nothing_back() {
     assert_eq!(st.zswap.written_back_pages, 0, "{st:?}");
     assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
     assert!(st.peak_bytes <= 48 << 20, "{st:?}");
+}
+
+const MIB: usize = 1 << 20;
+
+/// A small xorshift, so the reads are spread the same way each run.
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// GNU sort's case: a cold set written once that the pool would hold
+/// whole, and a hot set read at random that the resident part the plan
+/// leaves cannot hold. The hot set's faults land within a step of
+/// evictions of their chunks' eviction, the pool's tail is never read:
+/// the share goes down, and the hot set ends resident.
+#[test]
+fn a_hot_set_out_of_resident_reach_takes_the_share_down() {
+    let budget = 32 * MIB;
+    let Some(uz) = instance(Config {
+        budget: budget as u64,
+        folio_order: 4,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let (cold, hot) = (40 * MIB, 14 * MIB);
+    let r = uz.region(cold + hot).unwrap();
+    let pages = (cold + hot) / PAGE_SIZE;
+    for i in 0..pages {
+        Pattern::Index.fill(i as u64, 7, page_mut(r.as_ptr(), i));
+    }
+    let planned = uz.stats();
+    let (first, n) = (cold / PAGE_SIZE, hot / PAGE_SIZE);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut rounds = 0;
+    while Instant::now() < deadline {
+        for _ in 0..n {
+            let i = first + (next(&mut x) % n as u64) as usize;
+            assert!(
+                Pattern::Index.verify(i as u64, 7, page_mut(r.as_ptr(), i)),
+                "page {i}"
+            );
+        }
+        rounds += 1;
+        let st = uz.stats();
+        if st.share_moves_down >= 2 && rounds >= 8 {
+            break;
+        }
+    }
+    let st = uz.stats();
+    eprintln!(
+        "rounds {rounds}: share {} -> {} MiB, moves up {} down {}, ghosts {} {}, faults {}",
+        planned.zswap.max_pool_bytes >> 20,
+        st.zswap.max_pool_bytes >> 20,
+        st.share_moves_up,
+        st.share_moves_down,
+        st.share_ghost_resident,
+        st.share_ghost_device,
+        st.pgmajfault
+    );
+    assert!(st.share_moves_down >= 2, "{st:?}");
+    assert!(
+        st.zswap.max_pool_bytes < planned.zswap.max_pool_bytes,
+        "{st:?}"
+    );
+    // The hot set now faults far less than once a page per round.
+    let before = uz.stats().pgmajfault;
+    for _ in 0..n {
+        let i = first + (next(&mut x) % n as u64) as usize;
+        assert!(
+            Pattern::Index.verify(i as u64, 7, page_mut(r.as_ptr(), i)),
+            "page {i}"
+        );
+    }
+    let faults = uz.stats().pgmajfault - before;
+    eprintln!("last round: {faults} faults in {n} reads");
+    for i in 0..pages {
+        assert!(
+            Pattern::Index.verify(i as u64, 7, page_mut(r.as_ptr(), i)),
+            "page {i}"
+        );
+    }
+    let st = uz.stats();
+    assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
+}
+
+/// usemem's skewed reads: most on a small hot set, the rest spread over
+/// everything. The cold reads come from all over the pool (its oldest
+/// pages as much as any) and the device, and few of them within a step of
+/// evictions of their chunk's: more resident memory would save little, so
+/// the share does not go down.
+#[test]
+fn a_cold_set_read_from_all_over_the_pool_keeps_the_share() {
+    let budget = 32 * MIB;
+    let Some(uz) = instance(Config {
+        budget: budget as u64,
+        folio_order: 4,
+        ..Config::default()
+    }) else {
+        return;
+    };
+    let len = 44 * MIB;
+    let r = uz.region(len).unwrap();
+    let pages = len / PAGE_SIZE;
+    for i in 0..pages {
+        Pattern::Index.fill(i as u64, 8, page_mut(r.as_ptr(), i));
+    }
+    let planned = uz.stats();
+    let hot = 4 * MIB / PAGE_SIZE;
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let start = Instant::now();
+    let mut reads = 0u64;
+    while start.elapsed() < Duration::from_secs(3) {
+        for _ in 0..4096 {
+            let v = next(&mut x);
+            let i = if v.is_multiple_of(5) {
+                (v >> 8) as usize % pages
+            } else {
+                (v >> 8) as usize % hot
+            };
+            assert!(
+                Pattern::Index.verify(i as u64, 8, page_mut(r.as_ptr(), i)),
+                "page {i}"
+            );
+        }
+        reads += 4096;
+    }
+    let st = uz.stats();
+    eprintln!(
+        "{reads} reads: share {} -> {} MiB, moves up {} down {}, ghosts {} {}, faults {}, device reads {}",
+        planned.zswap.max_pool_bytes >> 20,
+        st.zswap.max_pool_bytes >> 20,
+        st.share_moves_up,
+        st.share_moves_down,
+        st.share_ghost_resident,
+        st.share_ghost_device,
+        st.pgmajfault,
+        st.zswap.swap_reads
+    );
+    assert_eq!(st.share_moves_down, 0, "{st:?}");
+    assert!(st.pgmajfault > 1000, "the cold reads fault: {st:?}");
+    assert_eq!((st.fault_errors, st.budget_overruns), (0, 0), "{st:?}");
 }

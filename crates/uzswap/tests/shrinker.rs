@@ -998,3 +998,46 @@ fn keep_copy_device_reads_race_replacements() {
     let s = z.stats();
     assert_eq!(z.swap_device().unwrap().stats().used, s.swap_slots, "{s:?}");
 }
+
+/// The pool's ghost (what steers the front end's pool share): loads of the
+/// LRU's oldest entries count as its tail, device reads of pages written
+/// back lately as near.
+#[test]
+fn the_pool_ghost_counts_loads_of_its_tail_and_reads_of_recent_writeback() {
+    // Unprotected: the loads below would otherwise make the rest warm.
+    let z = Zswap::new(ZswapConfig {
+        shrinker_protect: false,
+        ..cfg(u64::MAX, Some(64))
+    })
+    .unwrap();
+    let n = 1024u64;
+    for i in 0..n {
+        z.store(SwapEntry::new(1, i), &page(i, 3)).unwrap();
+    }
+    // The oldest quarter is the tail: stored first, nothing rotated.
+    z.set_ghost_windows(0, n / 4);
+    for i in (0..n).step_by(2) {
+        check(&z, SwapEntry::new(1, i), 3, LoadMode::Exclusive);
+    }
+    let g = z.pool_ghost();
+    assert_eq!((g.tail, g.reads, g.near), (n / 8, 0, 0), "{g:?}");
+    // Everything left to the device; then a window of half of what was
+    // written takes about half of the reads (runs are stamped whole).
+    for _ in 0..8 {
+        z.shrink(u64::MAX);
+    }
+    let written = z.stats().written_back_pages;
+    assert_eq!(written, n / 2);
+    z.set_ghost_windows(written / 2, 0);
+    for i in (1..n).step_by(2) {
+        check(&z, SwapEntry::new(1, i), 3, LoadMode::Exclusive);
+    }
+    let g = z.pool_ghost();
+    assert_eq!(
+        (g.tail, g.reads, g.read_count),
+        (n / 8, n / 2, n / 2),
+        "{g:?}"
+    );
+    assert!((n / 8..=3 * n / 8).contains(&g.near), "{g:?}");
+    assert!(g.read_ns > 0, "{g:?}");
+}

@@ -1697,6 +1697,9 @@ fn workingset_refault(sh: &Shared, r: &RegionInner, ci: usize, page: Option<usiz
     // set, and ACTIVE keeps a chunk from probation).
     let was_mapped =
         page.is_none_or(|p| r.evicted[ci].load(Relaxed) & chunk::group_bit(p, 1 << sh.order) != 0);
+    if was_mapped {
+        sh.ghosts.refault(distance);
+    }
     if was_mapped && distance <= resident_chunks {
         sh.ctr.workingset_activate.fetch_add(1, Relaxed);
         super::evict::density::refaulted(&r.density[ci]);

@@ -61,6 +61,12 @@ impl Histogram {
         self.max_ns.fetch_max(ns, Relaxed);
     }
 
+    /// How many samples there are, and their sum in nanoseconds.
+    pub fn totals(&self) -> (u64, u64) {
+        let count: u64 = self.buckets.iter().map(|b| b.load(Relaxed)).sum();
+        (count, self.sum_ns.load(Relaxed))
+    }
+
     /// The mean of the samples in nanoseconds, if there are any.
     pub fn mean_ns(&self) -> Option<u64> {
         let count: u64 = self.buckets.iter().map(|b| b.load(Relaxed)).sum();

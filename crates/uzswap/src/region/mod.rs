@@ -673,6 +673,14 @@ pub struct UzswapStats {
     pub budget_overruns: u64,
     pub workingset_refault: u64,
     pub workingset_activate: u64,
+    /// The pool share's ghosts (`share.rs`): faults on chunks evicted
+    /// within a step of the budget's evictions, and device reads of pages
+    /// written back within what a step holds compressed; the steps the
+    /// share was moved up and down by them.
+    pub share_ghost_resident: u64,
+    pub share_ghost_device: u64,
+    pub share_moves_up: u64,
+    pub share_moves_down: u64,
     /// Service time (event read to install) of faults served from the pool.
     pub fault_latency_us: LatencySummary,
     pub zero_fill_latency_us: LatencySummary,
@@ -882,6 +890,8 @@ struct Shared {
     /// The configured pool share in bytes, when the evictor adapts it to
     /// the data's density (`share.rs`).
     base_share: Option<u64>,
+    /// What steers that share (`share.rs`).
+    ghosts: share::Ghosts,
     /// Accessed-bit sampling (`young.rs`).
     young: young::Young,
     young_ctr: young::YoungCounters,
@@ -1129,6 +1139,7 @@ impl Uzswap {
             lat_zero: Histogram::default(),
             zeros: vec![0u8; chunk.max(cfg.zero_fill_around.next_multiple_of(chunk))],
             base_share,
+            ghosts: Default::default(),
             cfg,
         });
         let owner = Arc::new(Owner {
@@ -1580,6 +1591,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
     sh.publishing.wait_published();
     let g = |c: &AtomicU64| c.load(Relaxed);
     let c = &sh.ctr;
+    let ghosts = sh.ghosts.counts();
     UzswapStats {
         budget_bytes: sh.cfg.budget,
         chunk_bytes: sh.chunk as u64,
@@ -1640,6 +1652,10 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         budget_overruns: g(&c.budget_overruns),
         workingset_refault: g(&c.workingset_refault),
         workingset_activate: g(&c.workingset_activate),
+        share_ghost_resident: ghosts.0,
+        share_ghost_device: sh.zswap.pool_ghost().near,
+        share_moves_up: ghosts.1,
+        share_moves_down: ghosts.2,
         fault_latency_us: sh.lat_pool.summary(),
         zero_fill_latency_us: sh.lat_zero.summary(),
         zswap: sh.zswap.stats(),

@@ -19,6 +19,7 @@ use super::writeback::DevicePages;
 use super::{folio_bytes, LoadError, LoadMode, Zswap};
 use crate::compress::{self, CompressCtx};
 use crate::{MAX_ORDER, PAGE_SIZE};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::OnceLock;
 
 /// Folios up to this many pages are decompressed on the calling thread: below
@@ -346,6 +347,10 @@ impl Zswap {
         // the kernel's vmstat does.
         Counters::add(&self.counters.zswpin, n - dev);
         Counters::add(&self.counters.pswpin, dev);
+        let tail = self.ghost_tail_seq.load(Relaxed);
+        if dev == 0 && entries.iter().any(|e| e.on_lru() && e.lru_seq < tail) {
+            self.ghost_tail.fetch_add(1, Relaxed);
+        }
         // Seed 003: a refault is a sign of warm pages in zswap; widen the
         // region the shrinker leaves alone.
         self.tree.lru.protect(n);

@@ -87,6 +87,24 @@ impl Lru {
         self.heads[shard].store(head.map_or(EMPTY, |n| n.seq), Relaxed);
     }
 
+    /// The `seq` below which an entry is among the oldest `n` on the LRU,
+    /// taking seqs to be spread evenly from the oldest head to the next
+    /// (stale nodes make the oldest head older: a bound a little wide).
+    pub fn tail_seq(&self, n: u64) -> u64 {
+        let oldest = self
+            .heads
+            .iter()
+            .map(|h| h.load(Relaxed))
+            .min()
+            .unwrap_or(EMPTY);
+        let (next, len) = (self.next_seq.load(Relaxed), self.len());
+        if oldest == EMPTY || len == 0 {
+            return 0;
+        }
+        let span = next.saturating_sub(oldest) as u128;
+        oldest + (span * n.min(len) as u128 / len as u128) as u64
+    }
+
     /// The shard whose ring holds the oldest node, and the oldest head of
     /// the other shards (nodes up to it may be taken from this ring in one
     /// go without breaking global LRU order).

@@ -355,6 +355,17 @@ pub struct Zswap {
     sealer: Option<seal::Sealer>,
     /// Time of each load's device read (all its stretches in one call).
     read_latency: crate::region::latency::Histogram,
+    /// The pool's ghost (`PoolGhost`): a load's device read of an object
+    /// written back within this many pages of writeback would have been
+    /// served from memory by a pool that much larger; such reads are
+    /// counted in `ghost_near`, all of them in `ghost_reads`. Loads from
+    /// the pool of entries older than `ghost_tail_seq` on its LRU, which a
+    /// smaller pool would have written back, are counted in `ghost_tail`.
+    ghost_window: AtomicU64,
+    ghost_near: AtomicU64,
+    ghost_reads: AtomicU64,
+    ghost_tail_seq: AtomicU64,
+    ghost_tail: AtomicU64,
     /// Where the shrinker thread starts writing back (`pool_share_bytes`,
     /// adjustable while running).
     share_bytes: AtomicU64,
@@ -365,6 +376,20 @@ pub struct Zswap {
 
 #[cfg(feature = "failpoints")]
 type WritebackHook = parking_lot::Mutex<Option<Arc<dyn Fn(&Zswap) + Send + Sync>>>;
+
+/// Cumulative counts of the loads' device reads: a pool larger by the
+/// ghost window ([`Zswap::set_ghost_windows`]) would have served `near`
+/// of `reads` from memory, and one smaller by it would have read the
+/// `tail` loads served from memory from the device. `read_ns` over
+/// `read_count` is what a device read takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolGhost {
+    pub reads: u64,
+    pub near: u64,
+    pub tail: u64,
+    pub read_count: u64,
+    pub read_ns: u64,
+}
 
 /// What the cache holds, from its counters (relaxed loads, no locks): for
 /// a caller sizing the pool against how densely its pages compress.
@@ -481,6 +506,11 @@ impl Zswap {
             swap_map,
             sealer,
             read_latency: Default::default(),
+            ghost_window: AtomicU64::new(0),
+            ghost_near: AtomicU64::new(0),
+            ghost_reads: AtomicU64::new(0),
+            ghost_tail_seq: AtomicU64::new(0),
+            ghost_tail: AtomicU64::new(0),
             share_bytes: AtomicU64::new(cfg.pool_share_bytes),
             #[cfg(feature = "failpoints")]
             wb_hook: Default::default(),
@@ -536,6 +566,33 @@ impl Zswap {
     pub fn set_pool_share_bytes(&self, bytes: u64) {
         self.share_bytes.store(bytes, Ordering::Relaxed);
         self.kick_share_shrink();
+    }
+
+    /// Count device reads of objects written back within the last `near`
+    /// pages of writeback as near, and loads of the pool's oldest `tail`
+    /// pages as its tail (see [`Self::pool_ghost`]). The tail is placed
+    /// now: call again as the LRU moves.
+    pub fn set_ghost_windows(&self, near: u64, tail: u64) {
+        self.ghost_window.store(near, Ordering::Relaxed);
+        let seq = if tail == 0 {
+            0
+        } else {
+            self.tree.lru.tail_seq(tail)
+        };
+        self.ghost_tail_seq.store(seq, Ordering::Relaxed);
+    }
+
+    /// The device reads of loads so far, and what they cost (see
+    /// [`PoolGhost`]).
+    pub fn pool_ghost(&self) -> PoolGhost {
+        let (count, sum_ns) = self.read_latency.totals();
+        PoolGhost {
+            reads: self.ghost_reads.load(Ordering::Relaxed),
+            near: self.ghost_near.load(Ordering::Relaxed),
+            tail: self.ghost_tail.load(Ordering::Relaxed),
+            read_count: count,
+            read_ns: sum_ns,
+        }
     }
 
     /// What the cache holds now (see [`Occupancy`]).

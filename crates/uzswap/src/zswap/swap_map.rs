@@ -24,7 +24,7 @@
 
 use crate::swap::{SwapDevice, SwapSlot};
 use crate::PAGE_SIZE;
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 /// Where a written-back object lies: `len` bytes from byte `off` of `slot`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +45,12 @@ impl DevicePlace {
 
 pub(crate) struct SwapMap {
     refs: Box<[AtomicU16]>,
+    /// The writeback clock (pages written back before it, low 32 bits)
+    /// when an object starting at the slot was written: the pool's
+    /// shadow, from which a device read learns how much more pool would
+    /// have kept the page (`Zswap::ghost_window`). Relaxed: a stale stamp
+    /// misjudges one read's distance, nothing else.
+    stamps: Box<[AtomicU32]>,
     /// Slots with a non-zero count.
     used: AtomicU64,
 }
@@ -53,8 +59,25 @@ impl SwapMap {
     pub fn new(capacity: u64) -> Self {
         SwapMap {
             refs: crate::swap::zeroed_records(capacity as usize),
+            stamps: crate::swap::zeroed_records(capacity as usize),
             used: AtomicU64::new(0),
         }
+    }
+
+    /// Stamp the objects at `places`, a run written in this order, as
+    /// written from writeback clock `now` on: one tick each, so a run of
+    /// hundreds of pages is not all of one age. Objects sharing a slot
+    /// take the last one's stamp.
+    pub fn stamp(&self, places: &[DevicePlace], now: u64) {
+        for (k, p) in places.iter().enumerate() {
+            self.stamps[p.slot.0 as usize].store((now + k as u64) as u32, Ordering::Relaxed);
+        }
+    }
+
+    /// Pages written back since the object at `p` was, with the clock at
+    /// `now`.
+    pub fn age(&self, p: DevicePlace, now: u64) -> u64 {
+        (now as u32).wrapping_sub(self.stamps[p.slot.0 as usize].load(Ordering::Relaxed)) as u64
     }
 
     /// Slots this instance holds on the device.

@@ -67,6 +67,7 @@ use crate::compress::{CompressCtx, CompressorId};
 use crate::swap::{SlotRange, SwapDevice, SwapSlot};
 use crate::zpool::Handle;
 use crate::{MAX_ORDER, PAGE_SIZE};
+use std::sync::atomic::Ordering::Relaxed;
 use zeroize::Zeroizing;
 
 /// Nodes taken from one ring per step (kernel reclaim's SWAP_CLUSTER_MAX).
@@ -440,6 +441,7 @@ impl Zswap {
                 }
                 let map = self.swap_map.as_ref().expect("a device has a swap map");
                 map.hold(&places);
+                map.stamp(&places, self.counters.written_back_pages.load(Relaxed));
                 // The packed image goes out in pieces of at most
                 // `STAGE_PIECE`, each staged, sealed and written in turn:
                 // staged whole, a run of 256 slots held a 1 MiB buffer per
@@ -609,6 +611,14 @@ impl Zswap {
             .as_deref()
             .expect("device entry without a device");
         places.sort_unstable_by_key(|&(_, p)| (p.slot, p.off));
+        self.ghost_reads.fetch_add(1, Relaxed);
+        if let Some(map) = &self.swap_map {
+            let now = self.counters.written_back_pages.load(Relaxed);
+            let window = self.ghost_window.load(Relaxed);
+            if places.iter().any(|&(_, p)| map.age(p, now) < window) {
+                self.ghost_near.fetch_add(1, Relaxed);
+            }
+        }
         // Through the page cache, hint the readahead window so neighbours a
         // fault wants next are read meanwhile. With O_DIRECT the hint would
         // only fill the page cache with copies nobody reads.
