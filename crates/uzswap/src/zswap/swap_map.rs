@@ -18,6 +18,10 @@
 //!   still there, dropped after the read, so a slot cannot go back to the
 //!   allocator (and be written over) mid-read.
 //!
+//! Each slot also carries the writeback clock its object was written at
+//! (`stamps`): a device read tells from it how much larger a pool would
+//! have kept the page (the pool's ghost, `Zswap::pool_ghost`).
+//!
 //! Atomic increments and decrements, so no lock; the decrement that reaches
 //! zero frees the slot. A slot holds at most a page of objects (each one at
 //! least a few bytes) plus one count per load in flight: far below u16.
