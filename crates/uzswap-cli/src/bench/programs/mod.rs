@@ -336,6 +336,9 @@ pub fn uzswap_figures(procs: &[Value]) -> Value {
         "zswpout": sum("zswpout"),
         "zswpin": sum("zswpin"),
         "written_back_pages": sum("written_back_pages"),
+        "swap_reads": sum("swap_reads"),
+        "share_moves_up": sum("share_moves_up"),
+        "share_moves_down": sum("share_moves_down"),
         "budget_overruns": sum("budget_overruns"),
         "fault_errors": sum("fault_errors"),
         "kernel_faults": procs.first().map(|p| p["kernel_faults"].clone()),
@@ -1635,12 +1638,13 @@ mod tests {
     #[test]
     fn uzswap_figures_take_peaks_and_sum_counts() {
         let procs = [
-            json!({"peak_bytes": 10, "pgmajfault": 3, "pool_total_size": 5, "kernel_faults": "served", "program": "a"}),
-            json!({"peak_bytes": 30, "pgmajfault": 4, "pool_total_size": 2, "program": "b"}),
+            json!({"peak_bytes": 10, "pgmajfault": 3, "pool_total_size": 5, "kernel_faults": "served", "program": "a", "share_moves_down": 2}),
+            json!({"peak_bytes": 30, "pgmajfault": 4, "pool_total_size": 2, "program": "b", "share_moves_down": 1}),
         ];
         let f = uzswap_figures(&procs);
         assert_eq!(f["peak_bytes"], 30);
         assert_eq!(f["pgmajfault"], 7);
+        assert_eq!(f["share_moves_down"], 3);
         assert_eq!(f["pool_total_size"], 5);
         assert_eq!(f["processes"], 2);
         assert_eq!(f["kernel_faults"], "served");
