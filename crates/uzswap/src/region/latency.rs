@@ -69,8 +69,8 @@ impl Histogram {
 
     /// The mean of the samples in nanoseconds, if there are any.
     pub fn mean_ns(&self) -> Option<u64> {
-        let count: u64 = self.buckets.iter().map(|b| b.load(Relaxed)).sum();
-        (count > 0).then(|| self.sum_ns.load(Relaxed) / count)
+        let (count, sum_ns) = self.totals();
+        (count > 0).then(|| sum_ns / count)
     }
 
     pub fn summary(&self) -> LatencySummary {

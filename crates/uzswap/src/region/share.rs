@@ -79,9 +79,9 @@
 //! share is moved up: below it, more share holds nothing more.
 //!
 //! Measured in turn against the plan alone (docs/BENCHMARKS.md, "Steering
-//! the pool share by two ghosts"): sort under 36M and 39M 2.6x faster;
-//! usemem's skewed rows, Python, xz and the threads program unmoved or
-//! within noise.
+//! the pool share by two ghosts"): sort under 33-44M 1.1-2.6x faster;
+//! on usemem's skewed, random and sequential rows, Python, xz and the
+//! threads program the share did not move.
 //!
 //! Locking: none but the controller's own mutex (`Ghosts::ctl`, taken only
 //! by the evictor thread). Reads the cache's counters and sets its limit

@@ -358,12 +358,11 @@ pub struct Zswap {
     /// The pool's ghost (`PoolGhost`): a load's device read of an object
     /// written back within this many pages of writeback would have been
     /// served from memory by a pool that much larger; such reads are
-    /// counted in `ghost_near`, all of them in `ghost_reads`. Loads from
+    /// counted in `ghost_near`. Loads from
     /// the pool of entries older than `ghost_tail_seq` on its LRU, which a
     /// smaller pool would have written back, are counted in `ghost_tail`.
     ghost_window: AtomicU64,
     ghost_near: AtomicU64,
-    ghost_reads: AtomicU64,
     ghost_tail_seq: AtomicU64,
     ghost_tail: AtomicU64,
     /// Where the shrinker thread starts writing back (`pool_share_bytes`,
@@ -379,12 +378,11 @@ type WritebackHook = parking_lot::Mutex<Option<Arc<dyn Fn(&Zswap) + Send + Sync>
 
 /// Cumulative counts of the loads' device reads: a pool larger by the
 /// ghost window ([`Zswap::set_ghost_windows`]) would have served `near`
-/// of `reads` from memory, and one smaller by it would have read the
-/// `tail` loads served from memory from the device. `read_ns` over
-/// `read_count` is what a device read takes.
+/// of the `read_count` reads from memory, and one smaller by it would
+/// have read the `tail` loads served from memory from the device.
+/// `read_ns` over `read_count` is what a device read takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolGhost {
-    pub reads: u64,
     pub near: u64,
     pub tail: u64,
     pub read_count: u64,
@@ -508,7 +506,6 @@ impl Zswap {
             read_latency: Default::default(),
             ghost_window: AtomicU64::new(0),
             ghost_near: AtomicU64::new(0),
-            ghost_reads: AtomicU64::new(0),
             ghost_tail_seq: AtomicU64::new(0),
             ghost_tail: AtomicU64::new(0),
             share_bytes: AtomicU64::new(cfg.pool_share_bytes),
@@ -587,7 +584,6 @@ impl Zswap {
     pub fn pool_ghost(&self) -> PoolGhost {
         let (count, sum_ns) = self.read_latency.totals();
         PoolGhost {
-            reads: self.ghost_reads.load(Ordering::Relaxed),
             near: self.ghost_near.load(Ordering::Relaxed),
             tail: self.ghost_tail.load(Ordering::Relaxed),
             read_count: count,

@@ -52,7 +52,7 @@ pub(crate) struct SwapMap {
     /// The writeback clock (pages written back before it, low 32 bits)
     /// when an object starting at the slot was written: the pool's
     /// shadow, from which a device read learns how much more pool would
-    /// have kept the page (`Zswap::ghost_window`). Relaxed: a stale stamp
+    /// have kept the page (`Zswap::set_ghost_windows`). Relaxed: a stale stamp
     /// misjudges one read's distance, nothing else.
     stamps: Box<[AtomicU32]>,
     /// Slots with a non-zero count.

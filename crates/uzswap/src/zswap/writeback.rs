@@ -611,7 +611,6 @@ impl Zswap {
             .as_deref()
             .expect("device entry without a device");
         places.sort_unstable_by_key(|&(_, p)| (p.slot, p.off));
-        self.ghost_reads.fetch_add(1, Relaxed);
         if let Some(map) = &self.swap_map {
             let now = self.counters.written_back_pages.load(Relaxed);
             let window = self.ghost_window.load(Relaxed);
