@@ -134,6 +134,14 @@ pub const PAGE_SIZE: usize = 4096;
 /// by beyond its own span (a huge arena is held whole from its first use).
 pub const ARENA_BYTES: usize = page_alloc::ARENA_BYTES;
 
+/// Most bytes a small arena's pages are faulted in ahead of need, at one
+/// allocation's fault-in or by the fill thread: with the spans it opens,
+/// what one allocation can grow `pool_total_size` by beyond its object.
+pub const GROW_BYTES: usize = page_alloc::GROW_PAGES * PAGE_SIZE;
+
+/// Bytes of the longest span a pool with the default options opens.
+pub const MAX_SPAN_BYTES: usize = size_class::DEFAULT_MAX_PAGES_PER_SPAN * PAGE_SIZE;
+
 /// An opaque handle to one object. Stable across compaction (the pool moves
 /// objects, never handles).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

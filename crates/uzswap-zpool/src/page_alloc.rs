@@ -157,7 +157,7 @@ pub(crate) const MAX_RUN_PAGES: usize = crate::size_class::MAX_PAGES_PER_SPAN_LI
 /// Cached bytes may reach `live / CACHE_DIVISOR` before a trim.
 const CACHE_DIVISOR: u64 = 16;
 /// Most pages faulted in at once when a span needs fresh pages (256 KiB).
-const GROW_PAGES: usize = 64;
+pub(crate) const GROW_PAGES: usize = 64;
 /// Pages held before a provider that may fill ahead starts its fill thread
 /// (4 MiB): below it the fill cap is a few pages, not worth a thread.
 const FILL_FROM_PAGES: u64 = 1024;

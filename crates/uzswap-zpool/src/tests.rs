@@ -291,6 +291,97 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// What a caller's budget reserves for a store in flight (the region
+    /// evictor's store margin, `crate::GROW_BYTES`, `crate::MAX_SPAN_BYTES`):
+    /// a folio's objects, stored one after another into a pool in any
+    /// state, grow it by at most one span of the longest length per object
+    /// and one fill ahead, whether that fill is the allocation's own or the
+    /// fill thread's.
+    #[test]
+    fn a_folios_objects_grow_the_pool_by_a_span_each_and_one_fill(
+        fill_ahead in any::<bool>(),
+        pages in 0u64..8192,
+        earlier in prop::collection::vec((1usize..=PAGE_SIZE, any::<bool>()), 0..3000),
+        folio in prop::collection::vec(1usize..=PAGE_SIZE, 1..=16),
+    ) {
+        let pool = ZsPool::with_config(PoolConfig { fill_ahead, ..PoolConfig::default() });
+        // Up to 32 MiB of page-sized objects first: the fill ahead is at
+        // its largest (64 pages) from 16 MiB of live pages on.
+        let mut live: Vec<Handle> = (0..pages)
+            .map(|id| pool.store(&content(id | (1 << 40), PAGE_SIZE)).unwrap())
+            .collect();
+        for (id, &(len, keep)) in earlier.iter().enumerate() {
+            let h = pool.store(&content(id as u64, len)).unwrap();
+            if keep {
+                live.push(h);
+            } else {
+                pool.free(h);
+            }
+        }
+        let before = pool.total_size();
+        for (i, &len) in folio.iter().enumerate() {
+            live.push(pool.store(&content((1 << 32) | i as u64, len)).unwrap());
+        }
+        let grown = pool.total_size().saturating_sub(before);
+        let bound = folio.len() as u64 * crate::MAX_SPAN_BYTES as u64 + crate::GROW_BYTES as u64;
+        prop_assert!(grown <= bound, "{} objects grew the pool by {} bytes, bound {}", folio.len(), grown, bound);
+        for h in live {
+            pool.free(h);
+        }
+    }
+}
+
+/// The store bound's worst case, built: nothing cached, the fill cap at its
+/// largest, a first object whose span takes one page (its fault-in
+/// populates the cap ahead, cut into one-page runs), then objects of
+/// fifteen classes whose spans take eight pages, none of which the cached
+/// runs can serve. The pool grows by nearly the whole bound and not past
+/// it.
+#[test]
+fn a_folio_into_a_pool_with_nothing_cached_grows_it_near_the_store_bound() {
+    let pool = ZsPool::with_config(PoolConfig {
+        fill_ahead: false,
+        ..PoolConfig::default()
+    });
+    // 16 MiB of page-sized objects: the fill cap is 1/64 of the live pages.
+    let mut live: Vec<Handle> = (0..4096u64)
+        .map(|id| pool.store(&content(id, PAGE_SIZE)).unwrap())
+        .collect();
+    pool.compact();
+    let longest: Vec<usize> = pool
+        .stats()
+        .classes
+        .iter()
+        .filter(|c| c.pages_per_span as usize * PAGE_SIZE == crate::MAX_SPAN_BYTES)
+        .map(|c| c.size as usize)
+        .take(15)
+        .collect();
+    assert_eq!(longest.len(), 15, "classes with the longest spans");
+    let one_page = pool
+        .stats()
+        .classes
+        .iter()
+        .find(|c| c.pages_per_span == 1 && (c.size as usize) < PAGE_SIZE)
+        .map(|c| c.size as usize)
+        .expect("a class whose span is one page");
+    let before = pool.total_size();
+    for (i, len) in std::iter::once(one_page).chain(longest).enumerate() {
+        live.push(pool.store(&content((1 << 32) | i as u64, len)).unwrap());
+    }
+    let grown = pool.total_size() - before;
+    let bound = 16 * crate::MAX_SPAN_BYTES as u64 + crate::GROW_BYTES as u64;
+    assert!(grown <= bound, "grew {grown}, bound {bound}");
+    assert!(
+        grown > 15 * crate::MAX_SPAN_BYTES as u64 + crate::GROW_BYTES as u64 / 2,
+        "grew {grown}: the case is not the worst one"
+    );
+    for h in live {
+        pool.free(h);
+    }
+}
+
 /// Threads store, read (their own objects and others', which may be freed
 /// under them), free and compact at once; every read that succeeds must see
 /// exactly the bytes stored.

@@ -248,11 +248,22 @@ fn evictable(st: u32) -> bool {
 /// pool): stop trying for a while instead of burning CPU on it.
 const FUTILE_DIVISOR: i64 = 8;
 /// Pool growth beyond the compressed chunk itself that one store may
-/// cause, apart from a new huge arena: at most 256 KiB of a small arena
-/// populated ahead of need, plus whole spans opened for objects of classes
-/// with no free slot (a 64 KiB folio's 16 objects, each span up to 32 KiB
-/// by default: 512 KiB at worst), with room to spare.
-const SPAN_GROWTH: u64 = 1 << 20;
+/// cause, apart from a new huge arena (`uzswap_zpool`'s bound): the pages
+/// a span's fault-in populates ahead of need (`GROW_BYTES`, 256 KiB), and
+/// the unused parts of the spans it opens for objects of classes with no
+/// free slot, one span of up to `MAX_SPAN_BYTES` (32 KiB) per object: 768
+/// KiB for a 64 KiB folio's 16 objects, 288 KiB for a page's one. Larger
+/// folios are taken as 16 spans too: their objects share classes and
+/// fill the spans they open. Measured, the most one store grew the pool
+/// beyond its objects: 260 KiB over GNU sort under 44 MiB, 274 KiB over
+/// heap.py under 146 MiB. A flat 1 MiB before, counted twice in the
+/// fault margin (the second term below): 2 MiB under a 44 MiB budget
+/// that the data never got, and sort runs on a cliff there
+/// (docs/BENCHMARKS.md, "The store margin from the pool's own bound").
+fn store_surplus(chunk: usize) -> u64 {
+    let spans = (chunk / PAGE_SIZE).clamp(1, 16) as u64;
+    spans * uzswap_zpool::MAX_SPAN_BYTES as u64 + uzswap_zpool::GROW_BYTES as u64
+}
 /// A new huge arena is held whole from its first span on.
 const ARENA_GROWTH: u64 = uzswap_zpool::ARENA_BYTES as u64;
 
@@ -261,7 +272,7 @@ const ARENA_GROWTH: u64 = uzswap_zpool::ARENA_BYTES as u64;
 /// pool, which grows by whole spans, or by a whole arena where it may map
 /// huge ones (`huge`), a moment before the chunk's resident charge goes.
 pub(super) fn store_margin(chunk: usize, huge: bool) -> u64 {
-    chunk as u64 + SPAN_GROWTH + if huge { ARENA_GROWTH } else { 0 }
+    chunk as u64 + store_surplus(chunk) + if huge { ARENA_GROWTH } else { 0 }
 }
 
 /// What faults leave free under the budget: the store margin, and room for
@@ -272,12 +283,14 @@ pub(super) fn store_margin(chunk: usize, huge: bool) -> u64 {
 /// the batch found itself short by that surplus (16-127 KiB, 125 times in
 /// a 1 GiB mixed write under 512 MiB) and made room by writing back 0.4-0.9
 /// MiB each time: 80 MiB of pages the pool had room for, read back from
-/// the device in the read pass.
+/// the device in the read pass. That surplus is what the last store
+/// populated ahead of need (at most `GROW_BYTES`) and the free tails of
+/// the spans it opened, which the next stores fill first.
 ///
 /// `evictors`: evictions that may run at once (`Slots`), each with a store
 /// in flight.
 pub(super) fn fault_margin(chunk: usize, huge: bool, evictors: usize) -> u64 {
-    store_margin(chunk, huge) * evictors.max(1) as u64 + SPAN_GROWTH
+    store_margin(chunk, huge) * evictors.max(1) as u64 + uzswap_zpool::GROW_BYTES as u64
 }
 
 /// [`fault_margin`] for this instance's pool.
