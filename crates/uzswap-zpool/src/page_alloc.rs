@@ -1897,8 +1897,16 @@ mod tests {
                 // Frees as a program spreads them: a woken fill thread
                 // takes the lock between two (back to back, this thread
                 // may take it every time first and trim inline at twice
-                // the bound, as it is allowed to).
-                std::thread::yield_now();
+                // the bound, as it is allowed to). A trim left to the
+                // thread gets the time to be taken: with only a yield the
+                // thread missed every one of them once, in a suite run
+                // whose other tests kept both CPUs busy.
+                let t0 = std::time::Instant::now();
+                while pa.inner.lock().trim_due
+                    && t0.elapsed() < std::time::Duration::from_millis(100)
+                {
+                    std::thread::yield_now();
+                }
             } else {
                 kept.push((r, i as u64 + 1));
             }

@@ -1759,7 +1759,16 @@ pub(super) fn will_need(
     // Made at the first chunk to bring in: most calls (a fork's scan of
     // every region) find none.
     let mut scratch = Vec::new();
-    for ci in chunks {
+    // Waits on the chunk at hand (`waited`).
+    let mut waits = 0u32;
+    let mut next = chunks.start;
+    while next < chunks.end {
+        let ci = next;
+        next += 1;
+        if waited(r, ci, &mut waits) {
+            next = ci;
+            continue;
+        }
         // Most chunks of a region have nothing to bring in: read their
         // state before the backstop and the lock (a fork scans every chunk
         // of every region, 65 k per 4 GiB reservation, for each `fork` of
@@ -1791,6 +1800,10 @@ pub(super) fn will_need(
             Installed::Yes
         };
         drop(live);
+        if waited(r, ci, &mut waits) {
+            next = ci;
+            continue;
+        }
         if res == Installed::Unreadable {
             // The data stays where it was; a fault on it gets SIGBUS.
             return Err(RegionError::Os(format!(
@@ -1800,6 +1813,26 @@ pub(super) fn will_need(
         }
     }
     Ok(())
+}
+
+/// [`will_need`] found chunk `ci` taken by a fault or an eviction: wait
+/// for it and look again (true), since its owner may bring in only a group
+/// or store it. Passing such a chunk by left a fork's bring-in short
+/// whenever program threads kept faulting: each of `prepare_fork`'s rounds
+/// found other chunks taken as it passed, and after four it refused the
+/// fork with ENOMEM (`fork_storm` in signal mode, on a loaded host). The
+/// caller holds no lock (`live` is dropped first: the owner may need it
+/// after a writer queued for it). A few waits per chunk at most, then the
+/// chunk is taken as it is, as before (`waits` counts them; reset here
+/// once a chunk is passed).
+fn waited(r: &RegionInner, ci: usize, waits: &mut u32) -> bool {
+    if *waits < 8 && matches!(chunk::state(r.state[ci].load(Acquire)), BUSY | EVICTING) {
+        chunk::wait_released(&r.state[ci]);
+        *waits += 1;
+        return true;
+    }
+    *waits = 0;
+    false
 }
 
 #[cfg(test)]
