@@ -1765,17 +1765,14 @@ pub(super) fn will_need(
     while next < chunks.end {
         let ci = next;
         next += 1;
-        if waited(r, ci, &mut waits) {
-            next = ci;
-            continue;
-        }
         // Most chunks of a region have nothing to bring in: read their
         // state before the backstop and the lock (a fork scans every chunk
         // of every region, 65 k per 4 GiB reservation, for each `fork` of
         // a shell). A chunk that becomes STORED after this look was not
         // stored when the hint came; `prepare_fork` looks again.
+        // One taken by a fault or an eviction goes on: `waited` below.
         let w = r.state[ci].load(Acquire);
-        if !matches!(chunk::state(w), STORED | PARTIAL) || whole(sh, w) {
+        if !matches!(chunk::state(w), STORED | PARTIAL | BUSY | EVICTING) || whole(sh, w) {
             continue;
         }
         evict::backstop(sh);
@@ -1824,7 +1821,7 @@ pub(super) fn will_need(
 /// caller holds no lock (`live` is dropped first: the owner may need it
 /// after a writer queued for it). A few waits per chunk at most, then the
 /// chunk is taken as it is, as before (`waits` counts them; reset here
-/// once a chunk is passed).
+/// once a chunk is passed, so it is the only call per look).
 fn waited(r: &RegionInner, ci: usize, waits: &mut u32) -> bool {
     if *waits < 8 && matches!(chunk::state(r.state[ci].load(Acquire)), BUSY | EVICTING) {
         chunk::wait_released(&r.state[ci]);
