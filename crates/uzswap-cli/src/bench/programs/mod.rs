@@ -862,8 +862,8 @@ pub struct Try {
 }
 
 /// The budget of the next equal-memory try, if there is one to make:
-/// after a finished try, the fitted budget where it is more (budgets are
-/// whole MiB; and below any budget that was OOM-killed); after an
+/// after a finished try, the fitted budget where it is larger (budgets are
+/// whole MiB) and below any budget that was OOM-killed; after an
 /// OOM kill with nothing finished yet, 1/32 of the limit less, down to
 /// `min`. An OOM kill after a finished try ends the fit (that try is the
 /// one reported).
