@@ -354,7 +354,7 @@ fn set_futile(sh: &Shared) {
 /// Called after a chunk is installed: wake the evictor above the high
 /// watermark.
 pub(super) fn maybe_kick(sh: &Shared) {
-    if sh.usage() > sh.high && !sh.evictor_busy.load(Relaxed) && !futile(sh) {
+    if sh.usage() > sh.batch.high() && !sh.evictor_busy.load(Relaxed) && !futile(sh) {
         let mut k = sh.kick.lock();
         if !*k {
             *k = true;
@@ -403,6 +403,7 @@ pub(super) fn backstop(sh: &Shared) {
         return;
     }
     let _timed = BackstopTimer(sh, std::time::Instant::now());
+    sh.ctr.backstop_waits.fetch_add(1, Relaxed);
     // While eviction is futile (incompressible chunks: storing them frees
     // nothing until writeback moves their copies to the device), faults
     // install into the margin without trying; one that would pass the
@@ -446,7 +447,7 @@ pub(super) fn backstop(sh: &Shared) {
             continue;
         }
         sh.ctr.evict_inline_batches.fetch_add(1, Relaxed);
-        match evict_batch(sh, step) {
+        match evict_batch(sh, step, 0) {
             // Nothing resident to take: the pool alone fills the budget
             // (no writeback); this fault's chunk is the next victim.
             None => break,
@@ -483,7 +484,7 @@ impl Drop for BackstopTimer<'_> {
 fn backstop_step(sh: &Shared, incoming: u64) -> u64 {
     PROBATION_STEP
         .max(2 * incoming)
-        .min(sh.batch_bytes)
+        .min(sh.batch.bytes())
         .next_multiple_of(sh.chunk as u64)
 }
 
@@ -525,10 +526,17 @@ fn probation_first(sh: &Shared, take_slot: bool) -> bool {
     let _slot = take_slot.then(|| sh.slots.take());
     // A backstop or a `PageOut` hint may have freed enough while we waited
     // for the slot (the same check as before the evictor's batch).
-    if take_slot && sh.usage() <= sh.low {
+    if take_slot && sh.usage() <= sh.batch.low() {
         return true;
     }
-    evict_from(sh, PROBATION_STEP, false).is_some_and(|f| f > 0)
+    // Only the evictor leaves probation's newest entries be: a fault at the
+    // backstop takes the cheapest room there is.
+    let keep = if take_slot {
+        sh.batch.probation_keep()
+    } else {
+        0
+    };
+    evict_from(sh, PROBATION_STEP, false, keep).is_some_and(|f| f > 0)
 }
 
 /// Free clean copies in the cache before the CLOCK evicts anything (after
@@ -552,7 +560,7 @@ pub(super) fn evictor_loop(sh: &Shared) {
                     .wait_unlocked(&mut k, Some(Duration::from_millis(50)));
                 if timed_out {
                     super::own::refresh(sh);
-                    if sh.usage() > sh.high && !futile(sh) {
+                    if sh.usage() > sh.batch.high() && !futile(sh) {
                         break;
                     }
                 }
@@ -563,24 +571,26 @@ pub(super) fn evictor_loop(sh: &Shared) {
             return;
         }
         super::own::refresh(sh);
+        sh.batch.adapt(sh.ctr.backstop_waits.load(Relaxed));
         sh.evictor_busy.store(true, Relaxed);
-        while sh.usage() > sh.low && !sh.stop.load(Acquire) {
+        while sh.usage() > sh.batch.low() && !sh.stop.load(Acquire) {
             if probation_first(sh, true) {
                 continue;
             }
-            if drop_clean_copies(sh, sh.usage() - sh.low) {
+            if drop_clean_copies(sh, sh.usage() - sh.batch.low()) {
                 continue;
             }
+            let batch = sh.batch.bytes();
             let freed = {
                 let _slot = sh.slots.take();
                 // A backstop or a `PageOut` hint may have freed enough
                 // while we waited for the slot: a batch now would evict
                 // chunks in use for nothing.
-                if sh.usage() <= sh.low {
+                if sh.usage() <= sh.batch.low() {
                     break;
                 }
                 super::young::maybe_sample(sh);
-                evict_batch(sh, sh.batch_bytes)
+                evict_batch(sh, batch, sh.batch.probation_keep())
             };
             if let Some(base) = sh.base_share {
                 super::share::adapt(sh, base);
@@ -588,8 +598,8 @@ pub(super) fn evictor_loop(sh: &Shared) {
             super::own::refresh(sh);
             match freed {
                 None => break,
-                Some(f) if f < sh.batch_bytes as i64 / FUTILE_DIVISOR => {
-                    if sh.zswap.reclaim(sh.batch_bytes) > 0 {
+                Some(f) if f < batch as i64 / FUTILE_DIVISOR => {
+                    if sh.zswap.reclaim(batch) > 0 {
                         continue;
                     }
                     set_futile(sh);
@@ -606,12 +616,12 @@ pub(super) fn evictor_loop(sh: &Shared) {
 /// and then by CLOCK, and evict it (the caller holds an eviction slot).
 /// Returns the bytes of usage it freed (see [`run_protocol`]), or None if
 /// no chunk could be taken.
-fn evict_batch(sh: &Shared, size: u64) -> Option<i64> {
-    evict_from(sh, size, true)
+fn evict_batch(sh: &Shared, size: u64, keep: usize) -> Option<i64> {
+    evict_from(sh, size, true, keep)
 }
 
 /// `evict_batch`, or only its probation part where `clock` is false.
-fn evict_from(sh: &Shared, size: u64, clock: bool) -> Option<i64> {
+fn evict_from(sh: &Shared, size: u64, clock: bool, keep: usize) -> Option<i64> {
     let regions = sh.snapshot_regions();
     let mut victims = Vec::new();
     let (mut got, mut freed) = (0, None::<i64>);
@@ -621,7 +631,7 @@ fn evict_from(sh: &Shared, size: u64, clock: bool) -> Option<i64> {
     // in usemem's mixed read pass, 1.1-1.4 s of it per run.
     while got < size {
         let want = (size - got).min(PROBATION_STEP);
-        let step = take_probation(sh, &regions, want, &mut victims);
+        let step = take_probation(sh, &regions, want, keep, &mut victims);
         if victims.is_empty() {
             break;
         }
@@ -911,7 +921,8 @@ pub(super) fn on_probation(sh: &Shared, r: &RegionInner, ci: usize) {
 }
 
 /// Take the oldest chunks of the probation queue that are still PARTIAL
-/// with no second read (no REF), until they hold `want` resident bytes.
+/// with no second read (no REF), until they hold `want` resident bytes,
+/// leaving the newest `keep` entries to wait for theirs (`batch.rs`).
 /// Returns the bytes taken. An entry whose chunk moved on (completed,
 /// read again, evicted, its region gone) is dropped: the CLOCK has it.
 /// Entries are hints, never trusted: the chunk's word decides.
@@ -919,6 +930,7 @@ fn take_probation(
     sh: &Shared,
     regions: &[Arc<RegionInner>],
     want: u64,
+    keep: usize,
     out: &mut Vec<Victim>,
 ) -> u64 {
     let mut got = 0u64;
@@ -937,7 +949,7 @@ fn take_probation(
         popped.clear();
         {
             let mut q = sh.probation.lock();
-            let n = q.len().min(64);
+            let n = q.len().saturating_sub(keep).min(64);
             popped.extend(q.drain(..n));
         }
         if popped.is_empty() {
@@ -982,7 +994,7 @@ fn take_probation(
 
 /// `Advice::PageOut`: evict the resident chunks of `chunks` now.
 pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) {
-    let want = (sh.batch_bytes / sh.chunk as u64).max(1) as usize;
+    let want = (sh.batch.max() / sh.chunk as u64).max(1) as usize;
     let _slot = sh.slots.take();
     let mut victims = Vec::new();
     for ci in chunks {

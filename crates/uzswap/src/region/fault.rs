@@ -1581,7 +1581,7 @@ fn install_zero_around(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     let w0 = ci / per * per;
     let w1 = (w0 + per).min(r.state.len());
     let want = zero_ramp(&r.state, ci, per);
-    let room = |n: usize| sh.usage() + ((n + 1) * sh.chunk) as u64 <= sh.high;
+    let room = |n: usize| sh.usage() + ((n + 1) * sh.chunk) as u64 <= sh.batch.high();
     // A pinned untouched neighbour is memory the program protected (a
     // runtime's reservation not yet committed): zeros there would be
     // charged for nothing, and lie in another VMA.

@@ -179,6 +179,7 @@
 //! the instance handle and every region are gone. Dropping a region
 //! unregisters and unmaps it and invalidates every page it had stored.
 
+mod batch;
 mod chunk;
 mod evict;
 #[cfg(feature = "failpoints")]
@@ -282,8 +283,9 @@ pub struct Config {
     /// was taken on, which that CPU runs as soon as the faulting thread
     /// blocks: no wake-up of another CPU on the fault's path.
     pub bind_handlers: bool,
-    /// Bytes per eviction batch (0: budget/64 clamped to 256 KiB..8 MiB, at
-    /// least a chunk).
+    /// Bytes per eviction batch, fixed (0: adapt between budget/256 and
+    /// budget/64, the latter clamped to 256 KiB..8 MiB, at least a chunk;
+    /// `batch.rs`).
     pub evict_batch_bytes: u64,
     /// Evictions that may run at once: the evictor thread's and faults'
     /// at the backstop, each compressing on its own thread (0: one per
@@ -548,6 +550,7 @@ pub enum RegionError {
 pub struct UzswapStats {
     pub budget_bytes: u64,
     pub chunk_bytes: u64,
+    /// The evictor's batch now, and the watermarks it sets (`batch.rs`).
     pub evict_batch_bytes: u64,
     /// Evictions that may run at once (`Config::evictors`).
     pub evictors: u64,
@@ -597,6 +600,8 @@ pub struct UzswapStats {
     /// Microseconds faults spent at the backstop: waiting for room under
     /// the budget, or evicting to make it.
     pub backstop_us: u64,
+    /// Faults that found usage at the backstop's limit.
+    pub backstop_waits: u64,
     /// Accessed-bit samples (`Config::sample_young`), the microseconds they
     /// took, the chunks they marked referenced, and the chunks split into
     /// mappings of their own.
@@ -701,6 +706,7 @@ struct Counters {
     faults_parked: AtomicU64,
     parked_ns: AtomicU64,
     backstop_ns: AtomicU64,
+    backstop_waits: AtomicU64,
     faults_stale: AtomicU64,
     faults_dropped: AtomicU64,
     discarded_stored_pages: AtomicU64,
@@ -826,9 +832,8 @@ struct Shared {
     cfg: Config,
     chunk: usize,
     order: u32,
-    batch_bytes: u64,
-    high: u64,
-    low: u64,
+    /// The evictor's batch and the watermarks it sets (`batch.rs`).
+    batch: batch::Batch,
     zswap: Arc<Zswap>,
     uffd: uzswap_swap::fds::Owned<Uffd>,
     open_path: OpenPath,
@@ -1049,22 +1054,6 @@ impl Uzswap {
         if zswap.swap_device().is_some() {
             zswap.start_shrinker()?;
         }
-        let batch_bytes = if cfg.evict_batch_bytes > 0 {
-            cfg.evict_batch_bytes
-        } else if cfg.budget == u64::MAX {
-            8 << 20
-        } else {
-            // The evictor holds resident + pool between the two marks, a
-            // batch apart and a batch under the backstop's limit: on
-            // average a batch and a half of the budget sits idle. A 64th
-            // (a 32nd before) leaves small budgets more of it: GNU sort at
-            // 45 MiB 2.1-2.3 -> 1.6-1.9 s, the threads program at 125 MiB
-            // 18.8-19.8 -> 17.6-18.4 s. 8 MiB still from 512 MiB up, where
-            // a smaller batch cost sequential passes 3-8% (usemem index at
-            // 700 MiB with 5.5 MiB batches); docs/BENCHMARKS.md.
-            (cfg.budget / 64).clamp(256 << 10, 8 << 20)
-        };
-        let batch_bytes = batch_bytes.max(chunk as u64).next_multiple_of(chunk as u64);
         let huge = zswap.pool_may_map_huge();
         let evictors = match cfg.evictors {
             // One per thread that may fault at once, and the evictor
@@ -1074,19 +1063,15 @@ impl Uzswap {
             0 => evict::evictors_for(cfg.budget, chunk, huge, cfg.handler_threads + 1),
             n => n.min(evict::MAX_EVICTORS),
         };
-        let (high, low) = if cfg.budget == u64::MAX {
-            (u64::MAX, u64::MAX)
-        } else {
-            // Below the backstop's limit by a batch, so the evictor
-            // normally keeps up and faults rarely evict; the low mark one
-            // batch lower. Every byte of headroom is budget the working set
-            // does not get: with 1/32 of the budget on top of the batch
-            // (35 MiB idle of 512), usemem's skewed reads ran 3-8% slower.
-            let high = cfg
-                .budget
-                .saturating_sub(batch_bytes + evict::fault_margin(chunk, huge, evictors));
-            (high, high.saturating_sub(batch_bytes))
-        };
+        // The watermarks sit under the backstop's limit by a batch, so the
+        // evictor normally keeps up and faults rarely evict (`batch.rs`).
+        let batch = batch::Batch::new(
+            cfg.budget,
+            cfg.evict_batch_bytes,
+            chunk,
+            (chunk * cfg.handler_threads) as u64,
+            evict::fault_margin(chunk, huge, evictors),
+        );
         let stop_fd = uzswap_swap::fds::eventfd(libc::EFD_NONBLOCK)
             .map_err(|e| RegionError::Os(format!("eventfd: {e}")))?;
         // The configured share, where there is one to adapt: a budget and
@@ -1102,9 +1087,7 @@ impl Uzswap {
         let sh = Arc::new(Shared {
             chunk,
             order,
-            batch_bytes,
-            high,
-            low,
+            batch,
             zswap,
             uffd,
             open_path,
@@ -1595,10 +1578,10 @@ fn stats_of(sh: &Shared) -> UzswapStats {
     UzswapStats {
         budget_bytes: sh.cfg.budget,
         chunk_bytes: sh.chunk as u64,
-        evict_batch_bytes: sh.batch_bytes,
+        evict_batch_bytes: sh.batch.bytes(),
         evictors: sh.slots.max() as u64,
-        high_wmark_bytes: sh.high,
-        low_wmark_bytes: sh.low,
+        high_wmark_bytes: sh.batch.high(),
+        low_wmark_bytes: sh.batch.low(),
         resident_bytes: g(&sh.resident),
         unregistered_bytes: sh.unregistered_bytes(),
         own_bytes: sh.own.bytes(),
@@ -1618,6 +1601,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         faults_parked: g(&c.faults_parked),
         parked_us: g(&c.parked_ns) / 1000,
         backstop_us: g(&c.backstop_ns) / 1000,
+        backstop_waits: g(&c.backstop_waits),
         young_samples: g(&sh.young_ctr.samples),
         young_us: g(&sh.young_ctr.sample_ns) / 1000,
         young_marked: g(&sh.young_ctr.marked),
