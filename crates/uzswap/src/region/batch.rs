@@ -15,9 +15,10 @@
 //! batch before), and each time the evictor wakes it reads the backstop's
 //! count of faults that found usage at the limit: any since the last
 //! wake-up grows the batch by a quarter (at most the largest), none
-//! shrinks it by an eighth, down to 1/256 of the budget. Growing by
+//! shrinks it by an eighth, down to 1/256 of the budget (or to what the
+//! faults in flight may install plus a chunk, if that is more). Growing by
 //! doubling held sort's batch at 320-512 KiB where a quarter let it settle
-//! at 192-256 KiB, 10-20% faster; a fault at the backstop costs a single
+//! at 192-256 KiB, 8-22% faster; a fault at the backstop costs a single
 //! faulting thread little, and the evictor ahead of it costs the budget.
 //! The kernel's kswapd has no such loop (its watermarks scale with the
 //! zone, `watermark_scale_factor`); it reclaims in the faulting thread
@@ -30,12 +31,12 @@
 //! took 20% more faults and ran 15% longer. So while the batch is short of
 //! its largest, the evictor leaves the newest entries, as many pages as it
 //! is short, to wait as long as the largest batch let them (the threads
-//! program evicted a third fewer chunks, Python 25% fewer). Two exceptions
+//! program and Python evicted a quarter fewer chunks). Two exceptions
 //! take them anyway. A fault at the backstop takes the cheapest room there
 //! is; and after a wake-up that found faults at the backstop, so does the
 //! evictor: a probation victim read and not written gives its page up with
 //! no compression (its copy is in the pool), and usemem's text pages,
-//! whose CLOCK victims compress slowest, ran 3-10% slower when the evictor
+//! whose CLOCK victims compress slowest, ran 2-10% slower when the evictor
 //! compressed chunks in probation's place while faults waited.
 //!
 //! All fields are atomics read without locks, written by the evictor
