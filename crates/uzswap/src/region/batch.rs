@@ -37,7 +37,9 @@
 //! evictor: a probation victim read and not written gives its page up with
 //! no compression (its copy is in the pool), and usemem's text pages,
 //! whose CLOCK victims compress slowest, ran 2-10% slower when the evictor
-//! compressed chunks in probation's place while faults waited.
+//! compressed chunks in probation's place while faults waited. No
+//! eviction takes the newest few, the chunks faults in flight just
+//! installed (`evict::in_flight_installs`).
 //!
 //! All fields are atomics read without locks, written by the evictor
 //! thread alone: a reader that sees the batch before a change and a
