@@ -38,8 +38,12 @@ fn memory_outside_regions_takes_its_part_of_the_budget() {
     assert!(s.own_bytes >= 14 * MIB as u64, "{s:?}");
     assert!(s.own_bytes <= budget as u64 / 2, "{s:?}");
     let data = s.resident_bytes + s.zswap.pool_total_size;
+    // The own figure is measured between batches, so usage may pass the
+    // budget by up to the evictor's largest batch (budget/64 here; the
+    // batch in `stats` is the one it adapted to last, `region/batch.rs`).
+    let largest_batch = (budget / 64) as u64;
     assert!(
-        data + s.own_bytes <= budget as u64 + s.evict_batch_bytes,
+        data + s.own_bytes <= budget as u64 + largest_batch,
         "resident + pool {data} + own {} over the budget: {s:?}",
         s.own_bytes
     );
