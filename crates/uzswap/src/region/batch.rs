@@ -78,16 +78,17 @@ pub(super) struct Batch {
 
 impl Batch {
     /// `fixed`: a batch the configuration asks for (0: adapt). `incoming`:
-    /// what the faults in flight may install at once (the backstop's
-    /// count). Without a budget the watermarks are unbounded and the batch
-    /// is 8 MiB.
+    /// what the faults in flight may install at once as configured (a
+    /// chunk per handler thread; the backstop's own count can be more in
+    /// signal mode, where every faulting thread installs). Without a budget
+    /// the watermarks are unbounded and the batch is 8 MiB.
     pub(super) fn new(budget: u64, fixed: u64, chunk: usize, incoming: u64, margin: u64) -> Self {
         let chunk = chunk as u64;
         let round = |b: u64| b.max(chunk).next_multiple_of(chunk);
         let (min, max) = if fixed > 0 {
             (round(fixed), round(fixed))
         } else if budget == u64::MAX {
-            (MAX_CEIL, MAX_CEIL)
+            (round(MAX_CEIL), round(MAX_CEIL))
         } else {
             // The backstop's limit is a batch above high, and it stops a
             // fault where what is in flight would pass it: a batch no
