@@ -457,14 +457,24 @@ fn a_hot_set_out_of_resident_reach_takes_the_share_down() {
         Pattern::Index.fill(i as u64, 7, page_mut(r.as_ptr(), i));
     }
     let planned = uz.stats();
+    // The plan may still raise the share after this reading (the evictor
+    // re-derives it after its batches, and the reads below make them): the
+    // highest share seen between rounds is the one the hot set must bring
+    // down. Read only `planned`, a run ended 19 -> 20 MiB, the plan having
+    // gone to 22 and one move down to 20.
+    let mut highest = planned.zswap.max_pool_bytes;
     let (first, n) = (cold / PAGE_SIZE, hot / PAGE_SIZE);
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut round = || {
-        let before = uz.stats().pgmajfault;
+        let s = uz.stats();
+        highest = highest.max(s.zswap.max_pool_bytes);
+        let before = s.pgmajfault;
         for _ in 0..n {
             verify(&r, first + (next(&mut x) % n as u64) as usize, 7);
         }
-        uz.stats().pgmajfault - before
+        let s = uz.stats();
+        highest = highest.max(s.zswap.max_pool_bytes);
+        s.pgmajfault - before
     };
     let first_round = round();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -486,10 +496,7 @@ fn a_hot_set_out_of_resident_reach_takes_the_share_down() {
         // faulted; with the share moved down, under a third of that.
         assert!(faults * 3 < first_round, "{st:?}");
         assert!(st.share_moves_down >= 1, "{st:?}");
-        assert!(
-            st.zswap.max_pool_bytes < planned.zswap.max_pool_bytes,
-            "{st:?}"
-        );
+        assert!(st.zswap.max_pool_bytes < highest, "{st:?}");
     }
     for i in 0..(cold + hot) / PAGE_SIZE {
         verify(&r, i, 7);
