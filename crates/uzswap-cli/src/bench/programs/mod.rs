@@ -705,8 +705,8 @@ impl Ctx<'_> {
     /// kernel cells' limits are fitted to a footprint:
     /// - a try that finished with its own memory (`own_bytes`) smaller
     ///   than the estimate leaves room: the next try gets the budget that
-    ///   try's own memory and fill allow (`fit_from`), if that is a whole
-    ///   MiB more and below any budget that was OOM-killed (the nominal
+    ///   try's own memory and fill allow (`fit_from`), if that is a
+    ///   `FIT_STEP` more and below any budget that was OOM-killed (the nominal
     ///   cell, under half the memory, is charged more of its own: GNU
     ///   sort's 4.3 MiB against 2.8 at zram-lz4's 49 MiB, and with a 32nd
     ///   of the limit as the step the cell ran at 44 MiB where 45 fitted,
@@ -863,7 +863,7 @@ pub struct Try {
 
 /// The budget of the next equal-memory try, if there is one to make:
 /// after a finished try, the fitted budget where it is larger (budgets are
-/// whole MiB) and below any budget that was OOM-killed; after an
+/// whole `FIT_STEP`s) and below any budget that was OOM-killed; after an
 /// OOM kill with nothing finished yet, 1/32 of the limit less, down to
 /// `min`. An OOM kill after a finished try ends the fit (that try is the
 /// one reported).
@@ -896,15 +896,23 @@ pub fn fill(u: &Cell) -> Option<f64> {
     Some((data / budget).clamp(0.5, 1.0))
 }
 
+/// The steps equal-memory budgets are fitted in. Whole MiB left half a MiB
+/// of the limit unused on average, and near a cliff a MiB is a fifth of
+/// the run time or more (GNU sort at zram-lz4's 49 MiB, by hand: 44 MiB of
+/// budget 1.40-1.62 s, 45 MiB 1.11-1.19 s, 46 MiB 0.82-0.91 s;
+/// docs/BENCHMARKS.md). A quarter of a MiB is a multiple of every folio
+/// up to 256 KiB.
+pub const FIT_STEP: u64 = 256 << 10;
+
 /// The budget whose data (`fill` of it) and `own` leave a margin of 1/32
-/// in `limit`, in whole MiB, and never more than the limit less that
+/// in `limit`, in `FIT_STEP`s, and never more than the limit less that
 /// margin (a program whose data stayed below its budget would otherwise
 /// be given more than the limit); None where nothing is left.
 pub fn fit_budget(limit: u64, own: u64, fill: f64) -> Option<u64> {
     let margin = limit / 32;
     let room = limit.checked_sub(own)?.checked_sub(margin)?;
     let b = ((room as f64 / fill.clamp(0.5, 1.0)) as u64).min(limit - margin);
-    Some(b >> 20 << 20).filter(|b| *b > 0)
+    Some(b / FIT_STEP * FIT_STEP).filter(|b| *b > 0)
 }
 
 /// A uzswap cell's figures applied to `limit`: the budget `fit_budget`
@@ -1698,6 +1706,7 @@ mod tests {
     }
 
     const M: u64 = 1 << 20;
+    const Q: u64 = FIT_STEP;
 
     /// A nominal uzswap cell charged `nonfile` MiB beyond page cache at its
     /// peak, of which uzswap's resident + pool was `data` MiB, and a kernel
@@ -1719,11 +1728,11 @@ mod tests {
     fn the_equal_memory_budget_is_the_kernel_cells_footprint_less_uzswaps_own_memory() {
         // uzswap was charged 34 - 25 = 9 MiB beyond its data and page
         // cache; the kernel cell's footprint is 75 MiB and the margin
-        // 75/32: 63.66 MiB of budget, 63 in whole MiB. Neither cell's
+        // 75/32: 63.66 MiB of budget, 63.5 in quarter MiB. Neither cell's
         // page cache counts: it gets what the budget leaves.
         let (u, k) = eqmem_pair(34, 25, 75, 29);
         assert_eq!(own_bytes(&u), Some(9 * M));
-        assert_eq!(eqmem_budget(&u, &k), Some(63 * M));
+        assert_eq!(eqmem_budget(&u, &k), Some(63 * M + 2 * Q));
         // Own memory larger than the kernel cell's footprint: no budget.
         let (u, k) = eqmem_pair(90, 10, 60, 0);
         assert_eq!(eqmem_budget(&u, &k), None);
@@ -1735,15 +1744,15 @@ mod tests {
         let (mut u, k) = eqmem_pair(34, 25, 75, 29);
         u.nonfile_peak_bytes = None;
         assert_eq!(eqmem_budget(&u, &k), None);
-        // Whole MiB, rounded down.
+        // Quarter MiB, rounded down: 65.59 is 65.5.
         let (u, mut k) = eqmem_pair(34, 25, 75, 29);
         k.peak_bytes = Some(77 * M);
-        assert_eq!(eqmem_budget(&u, &k), Some(65 * M));
+        assert_eq!(eqmem_budget(&u, &k), Some(65 * M + 2 * Q));
         // The fit: 6 MiB of own memory at a 53 MiB limit leaves 45.34.
-        assert_eq!(fit_budget(53 * M, 6 * M, 1.0), Some(45 * M));
+        assert_eq!(fit_budget(53 * M, 6 * M, 1.0), Some(45 * M + Q));
         assert_eq!(fit_budget(4 * M, 4 * M, 1.0), None);
-        // Data that fills 90% of its budget: a ninth more budget.
-        assert_eq!(fit_budget(53 * M, 6 * M, 0.9), Some(50 * M));
+        // Data that fills 90% of its budget: a ninth more budget (50.38).
+        assert_eq!(fit_budget(53 * M, 6 * M, 0.9), Some(50 * M + Q));
         // The nominal cell's data filled 25 of a 30 MiB budget. With 19
         // MiB of its own, 63.34 MiB of room at 85 MiB over 5/6 is 76.
         let (mut u, k) = eqmem_pair(44, 25, 85, 29);
@@ -1753,7 +1762,7 @@ mod tests {
         // 64.8, more than the 62.97 the limit less its margin leaves.
         let (mut u, k) = eqmem_pair(34, 25, 65, 29);
         u.limit_bytes = Some(30 * M);
-        assert_eq!(eqmem_budget(&u, &k), Some(62 * M));
+        assert_eq!(eqmem_budget(&u, &k), Some(62 * M + 3 * Q));
         // A fill below half is taken as half.
         u.limit_bytes = Some(100 * M);
         assert_eq!(fill(&u), Some(0.5));
