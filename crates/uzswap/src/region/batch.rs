@@ -85,20 +85,25 @@ impl Batch {
     pub(super) fn new(budget: u64, fixed: u64, chunk: usize, incoming: u64, margin: u64) -> Self {
         let chunk = chunk as u64;
         let round = |b: u64| b.max(chunk).next_multiple_of(chunk);
-        let (min, max) = if fixed > 0 {
-            (round(fixed), round(fixed))
-        } else if budget == u64::MAX {
-            (round(MAX_CEIL), round(MAX_CEIL))
+        let largest = round((budget / MAX_DIVISOR).clamp(MAX_FLOOR, MAX_CEIL));
+        // The backstop's limit is a batch above high, and it stops a fault
+        // where what is in flight would pass it: a batch no larger than
+        // that sends faults to the backstop the moment they wake the
+        // evictor, which then never runs (a 16 MiB budget with two
+        // handlers: 4.1 k of 4.3 k batches evicted by faults). So at least
+        // a chunk more, where the largest batch leaves room for it.
+        let floor = round(incoming + chunk).min(largest);
+        let (min, max) = if budget == u64::MAX {
+            let b = round(if fixed > 0 { fixed } else { MAX_CEIL });
+            (b, b)
+        } else if fixed > 0 {
+            // A fixed batch under the floor starves the evictor as above:
+            // it is raised to the floor.
+            let b = round(fixed).max(floor);
+            (b, b)
         } else {
-            // The backstop's limit is a batch above high, and it stops a
-            // fault where what is in flight would pass it: a batch no
-            // larger than that sends faults to the backstop the moment
-            // they wake the evictor, which then never runs (a 16 MiB
-            // budget with two handlers: 4.1 k of 4.3 k batches evicted by
-            // faults). So at least a chunk more.
-            let max = round((budget / MAX_DIVISOR).clamp(MAX_FLOOR, MAX_CEIL));
-            let min = (budget / MIN_DIVISOR).max(incoming + chunk);
-            (round(min).min(max), max)
+            let min = round(budget / MIN_DIVISOR).max(floor);
+            (min.min(largest), largest)
         };
         Batch {
             budget,
@@ -220,6 +225,24 @@ mod tests {
         b.adapt(19);
         assert_eq!(b.bytes(), (2 << 20) - (256 << 10));
         assert_eq!(b.probation_keep(), (256 << 10) / PAGE_SIZE);
+    }
+
+    #[test]
+    fn a_fixed_batch_is_at_least_what_faults_in_flight_install_and_a_chunk() {
+        // One 64 KiB chunk with two handlers installing a chunk each: the
+        // evictor would never run.
+        let b = Batch::new(128 << 20, 64 << 10, 64 << 10, 128 << 10, 0);
+        assert_eq!(b.bytes(), 192 << 10);
+        // Above the floor, as asked (in whole chunks).
+        let b = Batch::new(128 << 20, 300 << 10, 64 << 10, 128 << 10, 0);
+        assert_eq!(b.bytes(), 320 << 10);
+        // 2 MiB chunks under a 40 MiB budget: the floor is the largest
+        // batch, one chunk, not the three the faults could install.
+        let b = Batch::new(40 << 20, 2 << 20, 2 << 20, 4 << 20, 0);
+        assert_eq!(b.bytes(), 2 << 20);
+        // No budget: nothing to starve.
+        let b = Batch::new(u64::MAX, 64 << 10, 64 << 10, 128 << 10, 0);
+        assert_eq!(b.bytes(), 64 << 10);
     }
 
     #[test]

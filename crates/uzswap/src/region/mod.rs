@@ -285,7 +285,10 @@ pub struct Config {
     pub bind_handlers: bool,
     /// Bytes per eviction batch, fixed (0: adapt between budget/256 and
     /// budget/64, the latter clamped to 256 KiB..8 MiB, at least a chunk;
-    /// `batch.rs`).
+    /// `batch.rs`). Whole chunks, and under a budget at least a chunk per
+    /// handler thread plus one where budget/64 allows that much: a batch
+    /// the faults in flight fill on their own keeps the evictor from ever
+    /// running.
     pub evict_batch_bytes: u64,
     /// Evictions that may run at once: the evictor thread's and faults'
     /// at the backstop, each compressing on its own thread (0: one per
