@@ -705,9 +705,9 @@ impl Ctx<'_> {
     /// kernel cells' limits are fitted to a footprint:
     /// - a try that finished with its own memory (`own_bytes`) smaller
     ///   than the estimate leaves room: the next try gets the budget that
-    ///   try's own memory and fill allow (`fit_from`), if that is a
-    ///   `FIT_STEP` more and below any budget that was OOM-killed (the nominal
-    ///   cell, under half the memory, is charged more of its own: GNU
+    ///   try's own memory and fill allow (`fit_from`), if that is 1/256
+    ///   of the limit more and below any budget that was OOM-killed (the
+    ///   nominal cell, under half the memory, is charged more of its own: GNU
     ///   sort's 4.3 MiB against 2.8 at zram-lz4's 49 MiB, and with a 32nd
     ///   of the limit as the step the cell ran at 44 MiB where 45 fitted,
     ///   1.1-1.2 s against 1.4-1.6);
@@ -862,14 +862,19 @@ pub struct Try {
 }
 
 /// The budget of the next equal-memory try, if there is one to make:
-/// after a finished try, the fitted budget where it is larger (budgets are
-/// whole `FIT_STEP`s) and below any budget that was OOM-killed; after an
-/// OOM kill with nothing finished yet, 1/32 of the limit less, down to
-/// `min`. An OOM kill after a finished try ends the fit (that try is the
-/// one reported).
+/// after a finished try, the fitted budget where it is larger by at least
+/// 1/256 of the limit (budgets are whole `FIT_STEP`s) and below any budget
+/// that was OOM-killed; after an OOM kill with nothing finished yet, 1/32
+/// of the limit less, down to `min`. An OOM kill after a finished try ends
+/// the fit (that try is the one reported).
+///
+/// The 1/256: a try is a whole run of the program, and a quarter of a MiB
+/// is worth one near GNU sort's 48 MiB cliff but not at the threads
+/// program's 143 MiB, whose fit went 130.5, 130.75, 131 MiB (11 s a try).
 pub fn next_eqmem_budget(t: Try) -> Option<u64> {
     if t.finished {
-        t.fitted.filter(|b| *b > t.budget && *b < t.ceiling)
+        t.fitted
+            .filter(|b| *b >= t.budget + t.limit / 256 && *b < t.ceiling)
     } else if !t.any_finished {
         Some((t.budget.saturating_sub(t.limit / 32) >> 20 << 20).max(t.min))
             .filter(|b| *b < t.budget)
@@ -1788,6 +1793,20 @@ mod tests {
                 ..t
             }),
             Some(41 * M)
+        );
+        // A quarter MiB more is a try at a 64 MiB limit (its 1/256), not
+        // at 256 MiB.
+        let q = Try {
+            fitted: Some(40 * M + Q),
+            ..t
+        };
+        assert_eq!(next_eqmem_budget(q), Some(40 * M + Q));
+        assert_eq!(
+            next_eqmem_budget(Try {
+                limit: 256 * M,
+                ..q
+            }),
+            None
         );
         // No more than this try had: it stands.
         for b in [40, 39] {
