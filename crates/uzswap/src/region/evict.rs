@@ -596,7 +596,10 @@ pub(super) fn evictor_loop(sh: &Shared) {
             if probation_first(sh, true) {
                 continue;
             }
-            if drop_clean_copies(sh, sh.usage() - sh.batch.low()) {
+            // Usage may have fallen under low since the loop's check (a
+            // fault at the backstop evicting, a discard): then there is
+            // nothing to free, not a wrapped-around amount of it.
+            if drop_clean_copies(sh, sh.usage().saturating_sub(sh.batch.low())) {
                 continue;
             }
             let batch = sh.batch.bytes();
