@@ -1024,7 +1024,9 @@ pub fn targets(cells: &[Cell], uzswap: &str) -> Vec<Value> {
             Some(json!({"target": target, "program": p, "value": v,
                 "met": v <= TARGET_RATIO, "goal_met": v <= 1.0,
                 "uzswap_slowdown": us, "kernel_slowdown": ks,
-                "uzswap_peak_bytes": u.peak_bytes, "kernel_peak_bytes": k.peak_bytes}))
+                "uzswap_peak_bytes": u.peak_bytes, "kernel_peak_bytes": k.peak_bytes,
+                "kernel": TARGET_KERNEL,
+                "kernel_swapped_out_pages": swapped_out(k)}))
         })
         .collect()
 }
@@ -1064,6 +1066,7 @@ pub fn eqmem_targets(cells: &[Cell]) -> Vec<Value> {
             let v = us / ks.max(1e-9);
             Some(json!({"target": target, "program": e.program, "cell": e.cell,
                 "kernel": kl, "is_target": is_target, "value": v,
+                "kernel_swapped_out_pages": swapped_out(k),
                 "met": v <= TARGET_RATIO, "goal_met": v <= 1.0,
                 "uzswap_slowdown": us, "kernel_slowdown": ks,
                 "uzswap_budget_bytes": e.limit_bytes,
@@ -1084,13 +1087,28 @@ fn target_value(x: &Value) -> String {
     })
 }
 
-/// Whether a target and its goal were met, or why it was missed.
+/// Pages a kernel cell swapped out (to zram, a swap file, or zswap's
+/// pool), from its vmstat delta; None where it has none.
+fn swapped_out(k: &Cell) -> Option<u64> {
+    let v = &k.kernel.as_ref()?["vmstat"];
+    Some(v["pswpout"].as_u64()? + v["zswpout"].as_u64().unwrap_or(0))
+}
+
+/// Whether a target and its goal were met, or why it was missed. A target
+/// met against a kernel cell that swapped nothing is said to be so: at
+/// that memory neither side was under pressure (a program whose real
+/// footprint is page cache, or a fork's bring-in, can fit the kernel cell
+/// with room to spare), and the ratio says nothing about swapping.
 fn target_verdict(x: &Value) -> String {
+    let idle = match (x["kernel_swapped_out_pages"].as_u64(), x["kernel"].as_str()) {
+        (Some(0), Some(k)) => format!("; no pressure: the {k} cell swapped out no page"),
+        _ => String::new(),
+    };
     match (x["met"].as_bool(), x["goal_met"].as_bool()) {
-        (Some(true), Some(true)) => "met, goal met".to_string(),
-        (Some(true), _) => "met, goal missed".to_string(),
+        (Some(true), Some(true)) => format!("met, goal met{idle}"),
+        (Some(true), _) => format!("met, goal missed{idle}"),
         _ => format!(
-            "MISSED{}",
+            "MISSED{}{idle}",
             x["note"]
                 .as_str()
                 .map_or(String::new(), |n| format!(": {n}"))
@@ -1598,6 +1616,25 @@ mod tests {
         assert!(!oom_only(&cells[8], "uzswap-lz4"), "a uzswap cell failed");
         // No zram cell (--no-kernel): no target.
         assert!(targets(&cells[..2], "uzswap-lz4").is_empty());
+        // A kernel cell that swapped nothing: the verdict says the ratio
+        // was taken without pressure; one that swapped, or has no
+        // counters, says nothing of it.
+        let with_vmstat = |pswpout: u64| {
+            let mut k = cells[3].clone();
+            k.kernel = Some(json!({"vmstat": {"pswpout": pswpout, "zswpout": 0}}));
+            k
+        };
+        let idle = targets(&[cells[1].clone(), with_vmstat(0)], "uzswap-lz4");
+        assert_eq!(idle[0]["kernel_swapped_out_pages"], 0);
+        let v = target_verdict(&idle[0]);
+        assert!(
+            v.starts_with("met, goal missed") && v.contains("no pressure"),
+            "{v}"
+        );
+        let busy = targets(&[cells[1].clone(), with_vmstat(5)], "uzswap-lz4");
+        assert_eq!(target_verdict(&busy[0]), "met, goal missed");
+        let none = targets(&cells, "uzswap-lz4");
+        assert_eq!(target_verdict(&none[0]), "met, goal missed");
     }
 
     #[test]
