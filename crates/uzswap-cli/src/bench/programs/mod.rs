@@ -26,6 +26,10 @@
 //!    each is reported at its median run (`pick_median`), since one run of
 //!    either moves the ratio between them by tens of percent here.
 //!
+//! A target whose kernel cell swapped out no page says so in its verdict
+//! (and `kernel_swapped_out_pages` in the JSON): there both cells ran
+//! without pressure, and the ratio says nothing about swapping.
+//!
 //! Each cell reports its elapsed time, slowdown over plain, peak memory,
 //! major faults, and whether its output (standard output, output files, a
 //! driver's replies) is byte-identical to the plain run's.
