@@ -7,20 +7,21 @@
 //! 3. under each kernel backend (zswap with lzo, zram with lz4) in a memory
 //!    cgroup whose real footprint, the cgroup's high-water mark plus what it
 //!    was not charged for (zswap's pool under cgroup v1, zram's device; see
-//!    `kernel::footprint`), matches the uzswap cell's;
+//!    `kernel::footprint`), less page cache, matches the uzswap cell's
+//!    (`matched_bytes`: the nominal uzswap cell's page cache is whatever no
+//!    limit made it give back);
 //! 4. for each kernel cell that finished, uzswap at that cell's memory
 //!    (`uzswap-<compressor>-eqmem-<kernel cell>`, as `bench compare` has
 //!    them): in a memory cgroup held to the kernel cell's footprint, so
 //!    that the kernel reclaims its page cache as it did the kernel cell's,
 //!    with a budget of that footprint less uzswap's own memory
 //!    (`eqmem_budget`), fitted to the limit over up to three tries.
-//!    The kernel cell is matched to the uzswap cell's footprint, but the
-//!    kernel cannot always run there (its OOM killer ends it, and it is
-//!    reported at more memory), and the uzswap cell's footprint counts
-//!    page cache that no limit made it give back, which the kernel cell's
-//!    limit turns into room for the program's heap; the equal-memory cell
-//!    is the one at the kernel's memory in both respects. The target is
-//!    given against both.
+//!    The kernel cell is matched to the uzswap cell's footprint less page
+//!    cache, but the kernel cannot always run there (its OOM killer ends
+//!    it, and it is reported at more memory), and it keeps what page cache
+//!    its limit leaves room for; the equal-memory cell is the one at the
+//!    kernel's whole footprint, page cache and all. The target is given
+//!    against both.
 //! 5. with `--repeat N`, each equal-memory cell and its kernel cell N - 1
 //!    more times, in turn, at the limit and budget they were fitted to;
 //!    each is reported at its median run (`pick_median`), since one run of
@@ -659,12 +660,13 @@ impl Ctx<'_> {
             };
             let mut c = self.cell(prog, &kind, Some(plain));
             c.footprint_vs_uzswap = target
-                .zip(c.peak_bytes)
+                .zip(matched_bytes(&c))
                 .map(|(t, p)| p as f64 / t.max(1) as f64);
             c
         };
         let fit = |c: &Cell| {
             json!({"limit_bytes": c.limit_bytes, "peak_bytes": c.peak_bytes,
+            "nonfile_peak_bytes": c.nonfile_peak_bytes,
             "elapsed_s": c.elapsed_s, "ok": c.ok})
         };
         // At most one refit of a run that finished; a run the cgroup's OOM
@@ -675,7 +677,7 @@ impl Ctx<'_> {
         for attempt in 0..3 {
             let c = run(limit);
             fits.push(fit(&c));
-            let next = match (c.ok, target, c.peak_bytes) {
+            let next = match (c.ok, target, matched_bytes(&c)) {
                 (true, Some(t), Some(fp)) if !refitted => {
                     let off = (fp as f64 - t as f64).abs() / t.max(1) as f64;
                     refitted = true;
@@ -954,7 +956,7 @@ pub fn raise_after_oom(limit: u64, target: Option<u64>) -> u64 {
 /// finished over one that failed; of two that finished, the footprint
 /// closer to `target`.
 fn better(a: &Cell, b: &Cell, target: Option<u64>) -> bool {
-    let err = |c: &Cell| match (target, c.peak_bytes) {
+    let err = |c: &Cell| match (target, matched_bytes(c)) {
         (Some(t), Some(p)) => p.abs_diff(t),
         _ => u64::MAX,
     };
@@ -964,6 +966,20 @@ fn better(a: &Cell, b: &Cell, target: Option<u64>) -> bool {
         (true, true) => err(a) <= err(b),
         (false, false) => false,
     }
+}
+
+/// The footprint a kernel cell is matched on: the real footprint less the
+/// cgroup's page cache at its peak (`nonfile_peak_bytes`; the uncharged
+/// pool or device stays in it), or the footprint where that was not
+/// sampled. Page cache is left out on both sides because the nominal
+/// uzswap cell's cgroup has no limit to make it give any back: the
+/// sqlite shell's kept the 30 MiB of database it wrote, and matching the
+/// whole footprint handed the kernel cell those 30 MiB as room for the
+/// heap, where neither cell then swapped at all. The kernel cell keeps
+/// what page cache its limit leaves room for, as the equal-memory cell,
+/// held to the kernel cell's whole footprint, does after it.
+pub fn matched_bytes(c: &Cell) -> Option<u64> {
+    c.nonfile_peak_bytes.or(c.peak_bytes)
 }
 
 /// Whether `c` is a kernel cell that ended only because the cgroup's OOM
@@ -1188,7 +1204,7 @@ pub fn footprint_lines(cells: &[Cell], uzswap: &str) -> Vec<String> {
                 .find(|u| u.program == c.program && u.cell == uzswap);
             format!(
                 "{} / {}: cgroup limit {} MiB, cgroup max {} MiB{} + uncharged {} MiB = {} MiB; \
-                 the {uzswap} cell's {} MiB{} ({}){}",
+                 the {uzswap} cell's {} MiB{} (non-file {}){}",
                 c.program,
                 c.cell,
                 mib(c.limit_bytes),
@@ -1358,7 +1374,7 @@ pub fn run(a: Args) -> Result<()> {
             },
             Some(&plain),
         );
-        let target = u.peak_bytes.filter(|_| u.ok);
+        let target = matched_bytes(&u).filter(|_| u.ok);
         let pool_guess = u
             .uzswap
             .as_ref()
@@ -1748,7 +1764,7 @@ mod tests {
             "{}",
             l[0]
         );
-        assert!(l[0].contains("(1.10x), 2 tries"), "{}", l[0]);
+        assert!(l[0].contains("(non-file 1.10x), 2 tries"), "{}", l[0]);
     }
 
     const M: u64 = 1 << 20;
