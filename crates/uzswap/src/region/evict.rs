@@ -842,7 +842,13 @@ fn trim(r: &Arc<RegionInner>, ci: usize, w: u32, chunk: usize) -> Option<(Victim
 /// tables so (most of its 52 MB compresses below 1.1:1 and is read at
 /// random): under 45 MiB, one pass gave 103 k raw stores, 188 k pages
 /// written back and 148 k read back; seven 53 k, 113 k and 94 k; fifteen
-/// (the most the value holds) 37 k, 77 k and 66 k, and a third less time.
+/// 37 k, 77 k and 66 k, and a third less time. A hundred: under 30 MiB,
+/// against fifteen, 47 k raw stores against 164 k, 106 k device reads
+/// against 358 k, 45 s against 76 s (60 passes 49 s, 200 passes 39 s;
+/// marking every chunk read since an accessed-bit sample, 35 s); under
+/// 40 MiB 9.2 s against 14.1, and `zstd -19` under 44 MiB 15.2 s against
+/// 21.3. usemem's rows, whose random pages are as raw, and the other
+/// programs of `bench programs` did not move.
 /// Only after a refault: a raw chunk that stays away once evicted is cold,
 /// and holding every raw chunk resident seven turns longer cost Python's
 /// heap program (a few thousand raw chunks among 17 k evictions) 20% more
@@ -853,7 +859,7 @@ fn trim(r: &Arc<RegionInner>, ci: usize, w: u32, chunk: usize) -> Option<(Victim
 /// preference: a raw chunk not read again goes after its passes.
 ///
 /// Two bytes per chunk: bits 0-6 the stored share in percent (0: never
-/// stored), bit 7 a workingset refault since the store, bits 8-11 the
+/// stored), bit 7 a workingset refault since the store, bits 8-15 the
 /// passes spent since the last reference. Racy by design
 /// (relaxed loads and stores): it steers the choice of victims, never
 /// their correctness.
@@ -867,16 +873,20 @@ pub(super) mod density {
     /// worse than `max_compressed_percent`, 90%, as is; a chunk of such
     /// pages with a zero page or two among them is as raw).
     pub const RAW_PERCENT: u16 = 90;
-    /// Extra passes of a raw chunk that came back within a turn.
-    pub const RAW_PASSES: u16 = 15;
+    /// Extra passes of a raw chunk that came back within a turn. Each is a
+    /// visit of the hand, so the hand visits a chunk at most this many
+    /// times more per eviction: a few microseconds, against the store, the
+    /// write and the device read a raw chunk's eviction costs.
+    pub const RAW_PASSES: u16 = 100;
     /// Most passes a chunk gets over the hand's plain two (REF, then taken).
     pub const MAX_PASSES: usize = RAW_PASSES as usize;
     /// Bits 0-6: the stored share in percent (0: never stored); bit 7: a
-    /// workingset refault since; bits 8-11: passes spent since the last
+    /// workingset refault since; bits 8-15: passes spent since the last
     /// reference.
     const SHARE: u16 = 0x7f;
     const REFAULTED: u16 = 1 << 7;
     const SPENT_SHIFT: u32 = 8;
+    const _: () = assert!(RAW_PASSES < 1 << (16 - SPENT_SHIFT));
 
     /// A store kept `stored` bytes of `raw`.
     pub fn note(d: &AtomicU16, stored: u64, raw: usize) {
