@@ -104,10 +104,13 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     } else {
         None
     };
-    // Our address-space map stays consistent in the child.
+    // The mid-size heap and our address-space map stay consistent in the
+    // child (the heap first: its segments are mapped under its lock).
+    let mid = crate::alloc::mid::lock_for_fork();
     let mut vmas = st.vmas.lock();
     // SAFETY: glibc's fork.
     let pid = unsafe { real::__fork() };
+    drop(mid);
     if pid != 0 {
         drop(vmas);
         drop(rest);
