@@ -215,7 +215,9 @@ pub extern "C" fn malloc(size: usize) -> *mut c_void {
     }
     if program_for(size) {
         if mid::SIZES.contains(&size) {
-            return mid::malloc(size);
+            if let Some(p) = mid::try_malloc(size) {
+                return p;
+            }
         }
         // SAFETY: a plain allocation.
         unsafe { mi::mi_malloc(size) }
@@ -276,7 +278,9 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         if mid::SIZES.contains(&size) {
             // SAFETY: a live block of this heap; dlmalloc grows or shrinks
             // it in place where it can, else moves it.
-            return unsafe { mid::realloc(p, size) };
+            if let Some(q) = unsafe { mid::try_realloc(p, size) } {
+                return q;
+            }
         }
         // SAFETY: a live block of the mid-size heap, at least this long.
         let old = unsafe { mid::usable(p) };
@@ -407,16 +411,25 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
 /// free top of one, goes back by `munmap` (a discard). Free blocks inside
 /// a segment are kept for reuse, as glibc's are.
 ///
-/// Locking: one mutex over the heap, a `std` one (a futex of its own: no
-/// `parking_lot` table a forked child could find held); the segment list
-/// under a `std` read-write lock, taken after it. `fork` takes both
-/// around the fork (`lock_for_fork`), so the child's copies are
-/// consistent and unlocked.
+/// One thread allocates from it: the first that asks (a single-threaded
+/// program's only one, a server's main thread); the others' blocks are
+/// mimalloc's. Locking: one mutex over the heap, a `std` one (a futex of
+/// its own: no `parking_lot` table a forked child could find held), never
+/// waited for by `malloc`, `free` or `realloc`: an allocation that finds
+/// it held is mimalloc's, a free is left on a lock-free stack for the
+/// heap's next holder. The segment table is written under the heap's lock
+/// and read by every `free` without one. A heap for every thread behind
+/// one lock, and the table behind a read-write lock, serialised a program
+/// that frees from many threads at once (four threads churning 2-32 KiB
+/// blocks: 1.81 s, then 0.91 s, against mimalloc's 0.10 s; now 0.37 s,
+/// the heap's thread doing dlmalloc's work, as fast as glibc's malloc).
+/// `fork` takes the heap's lock around the fork (`lock_for_fork`), so the
+/// child's copy is consistent and unlocked.
 pub mod mid {
     use libc::c_void;
     use std::ops::RangeInclusive;
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    use std::sync::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+    use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
+    use std::sync::{Mutex, MutexGuard, TryLockError};
 
     /// The sizes served here. Below, mimalloc's bins are 8 bytes apart or
     /// hold many small blocks whose rounding costs little; above, blocks
@@ -430,14 +443,48 @@ pub mod mid {
 
     static HEAP: Mutex<dlmalloc::Dlmalloc<Sys>> =
         Mutex::new(dlmalloc::Dlmalloc::new_with_allocator(Sys));
-    /// (start, length) of every segment, and the bounds of all of them (a
-    /// free of a block outside them takes no lock).
-    static SEGS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+    /// Every segment's start and end (0: a free entry), read without a
+    /// lock by every `free` (`owns`), written under the heap's lock. A
+    /// segment leaves the table before its memory is unmapped and an end
+    /// moves down before a tail is, so no address another allocator may
+    /// map next is ever in it; a live block's segment cannot leave.
+    const MAX_SEGS: usize = 256;
+    static SEG_START: [AtomicUsize; MAX_SEGS] = [const { AtomicUsize::new(0) }; MAX_SEGS];
+    static SEG_END: [AtomicUsize; MAX_SEGS] = [const { AtomicUsize::new(0) }; MAX_SEGS];
+    /// Entries ever used: `owns` looks at no more.
+    static SEG_USED: AtomicUsize = AtomicUsize::new(0);
+
+    /// The thread that allocates from this heap: the first to ask. Others
+    /// allocate from mimalloc and only free here. With one thread taking
+    /// blocks, the heap's lock is contended only by frees from others.
+    static OWNER: AtomicU64 = AtomicU64::new(0);
+
+    thread_local! {
+        // SAFETY: gettid(2) has no preconditions.
+        static TID: u64 = unsafe { libc::gettid() } as u64;
+    }
+
+    fn owner() -> bool {
+        let Ok(me) = TID.try_with(|t| *t) else {
+            return false;
+        };
+        match OWNER.load(Relaxed) {
+            0 => OWNER
+                .compare_exchange(0, me, Relaxed, Relaxed)
+                .map_or_else(|o| o == me, |_| true),
+            o => o == me,
+        }
+    }
+
+    /// Blocks freed while another thread held the heap, for its next
+    /// holder to free (a stack linked through the blocks).
+    static PENDING: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
     static LO: AtomicUsize = AtomicUsize::new(usize::MAX);
     static HI: AtomicUsize = AtomicUsize::new(0);
 
-    fn segs_write() -> RwLockWriteGuard<'static, Vec<(usize, usize)>> {
-        SEGS.write().unwrap_or_else(|e| e.into_inner())
+    /// The table entry of the segment at `start`.
+    fn seg_of(start: usize) -> Option<usize> {
+        (0..SEG_USED.load(Acquire)).find(|&i| SEG_START[i].load(Acquire) == start)
     }
 
     fn heap() -> MutexGuard<'static, dlmalloc::Dlmalloc<Sys>> {
@@ -449,6 +496,10 @@ pub mod mid {
     unsafe impl dlmalloc::Allocator for Sys {
         fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
             let size = size.max(SEGMENT);
+            // Under the heap's lock: no other writer.
+            let Some(slot) = (0..MAX_SEGS).find(|&i| SEG_START[i].load(Relaxed) == 0) else {
+                return (std::ptr::null_mut(), 0, 0);
+            };
             // SAFETY: a fresh anonymous mapping (the interposed `mmap`
             // places it in a region).
             let addr = unsafe {
@@ -465,7 +516,9 @@ pub mod mid {
                 return (std::ptr::null_mut(), 0, 0);
             }
             let a = addr as usize;
-            segs_write().push((a, size));
+            SEG_END[slot].store(a + size, Release);
+            SEG_START[slot].store(a, Release);
+            SEG_USED.fetch_max(slot + 1, Release);
             LO.fetch_min(a, Relaxed);
             HI.fetch_max(a + size, Relaxed);
             (addr.cast(), size, 0)
@@ -477,23 +530,30 @@ pub mod mid {
 
         fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
             let a = ptr as usize;
+            let Some(i) = seg_of(a) else {
+                return false;
+            };
+            SEG_END[i].store(a + newsize, Release);
             // SAFETY: the tail of one of our segments, which dlmalloc gives up.
             if unsafe { libc::munmap(ptr.add(newsize).cast(), oldsize - newsize) } != 0 {
+                SEG_END[i].store(a + oldsize, Release);
                 return false;
-            }
-            if let Some(s) = segs_write().iter_mut().find(|s| s.0 == a) {
-                s.1 = newsize;
             }
             true
         }
 
         fn free(&self, ptr: *mut u8, size: usize) -> bool {
             let a = ptr as usize;
+            let Some(i) = seg_of(a) else {
+                return false;
+            };
+            SEG_START[i].store(0, Release);
             // SAFETY: a whole segment of ours, which dlmalloc gives up.
             if unsafe { libc::munmap(ptr.cast(), size) } != 0 {
+                SEG_START[i].store(a, Release);
                 return false;
             }
-            segs_write().retain(|s| s.0 != a);
+            SEG_END[i].store(0, Release);
             true
         }
 
@@ -516,27 +576,78 @@ pub mod mid {
         if a < LO.load(Relaxed) || a >= HI.load(Relaxed) {
             return false;
         }
-        let segs = SEGS.read().unwrap_or_else(|e| e.into_inner());
-        segs.iter().any(|&(s, n)| a >= s && a < s + n)
+        (0..SEG_USED.load(Acquire)).any(|i| {
+            let s = SEG_START[i].load(Acquire);
+            s != 0 && a >= s && a < SEG_END[i].load(Acquire)
+        })
     }
 
-    pub fn malloc(size: usize) -> *mut c_void {
+    /// The heap if no other thread holds it, with the frees left for it
+    /// done first.
+    fn try_heap() -> Option<MutexGuard<'static, dlmalloc::Dlmalloc<Sys>>> {
+        let mut h = match HEAP.try_lock() {
+            Ok(h) => h,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let mut p = PENDING.swap(std::ptr::null_mut(), Acquire);
+        while !p.is_null() {
+            // SAFETY: a block pushed by `free`: its first word links the next.
+            let next = unsafe { *(p as *mut *mut c_void) };
+            // SAFETY: a live block of this heap, freed by its owner.
+            unsafe { h.c_free(p.cast()) };
+            p = next;
+        }
+        Some(h)
+    }
+
+    /// A block from this heap, or None where the caller is not the heap's
+    /// thread or another thread holds the heap (the caller then takes one
+    /// from mimalloc: a thread never waits here).
+    pub fn try_malloc(size: usize) -> Option<*mut c_void> {
+        if !owner() {
+            return None;
+        }
+        let mut h = try_heap()?;
         // SAFETY: any size.
-        unsafe { heap().c_malloc(size).cast() }
+        let p: *mut c_void = unsafe { h.c_malloc(size).cast() };
+        (!p.is_null()).then_some(p)
     }
 
+    /// Free a block of this heap: at once if the heap is free, else left
+    /// for its next holder (`try_heap`), linked through the block's first
+    /// word.
+    ///
     /// # Safety
     /// `p` is a live block of this heap.
     pub unsafe fn free(p: *mut c_void) {
-        // SAFETY: the caller's block.
-        unsafe { heap().c_free(p.cast()) }
+        if let Some(mut h) = try_heap() {
+            // SAFETY: the caller's block.
+            unsafe { h.c_free(p.cast()) };
+            return;
+        }
+        let mut head = PENDING.load(Relaxed);
+        loop {
+            // SAFETY: the block is the caller's to give up, and at least
+            // 2 KiB: its first word is ours.
+            unsafe { *(p as *mut *mut c_void) = head };
+            match PENDING.compare_exchange_weak(head, p, Release, Relaxed) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
     }
 
+    /// The block resized in this heap, or None where another thread holds
+    /// it (the caller then moves it).
+    ///
     /// # Safety
     /// `p` is a live block of this heap.
-    pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    pub unsafe fn try_realloc(p: *mut c_void, size: usize) -> Option<*mut c_void> {
+        let mut h = try_heap()?;
         // SAFETY: the caller's block.
-        unsafe { heap().c_realloc(p.cast(), size).cast() }
+        let q: *mut c_void = unsafe { h.c_realloc(p.cast(), size).cast() };
+        (!q.is_null()).then_some(q)
     }
 
     /// The bytes a live block holds: its chunk's size (the word before it,
@@ -552,18 +663,15 @@ pub mod mid {
         (head & !7) - std::mem::size_of::<usize>()
     }
 
-    /// Both locks, for a fork: the child gets a heap no other thread was
-    /// changing. Dropped in the parent and in the child after the fork.
-    pub fn lock_for_fork() -> ForkLocks {
-        ForkLocks {
-            _heap: heap(),
-            _segs: segs_write(),
-        }
+    /// The heap's lock, for a fork: the child gets a heap (and a segment
+    /// table, written only under it) no other thread was changing.
+    /// Dropped in the parent and in the child after the fork.
+    pub fn lock_for_fork() -> ForkLock {
+        ForkLock { _heap: heap() }
     }
 
-    /// The heap's locks, held across a fork.
-    pub struct ForkLocks {
+    /// The heap's lock, held across a fork.
+    pub struct ForkLock {
         _heap: MutexGuard<'static, dlmalloc::Dlmalloc<Sys>>,
-        _segs: RwLockWriteGuard<'static, Vec<(usize, usize)>>,
     }
 }

@@ -105,7 +105,7 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         None
     };
     // The mid-size heap and our address-space map stay consistent in the
-    // child (the heap first: its segments are mapped under its lock).
+    // child (the heap's lock first: its segments are mapped under it).
     let mid = crate::alloc::mid::lock_for_fork();
     let mut vmas = st.vmas.lock();
     // SAFETY: glibc's fork.
