@@ -663,6 +663,30 @@ fn huge_blocks_and_a_childs_blocks_with_another_allocator_loaded() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Blocks of 2-32 KiB, from the library's best-fit heap (`mid_blocks.c`),
+/// evicted under a 16 MiB budget: every byte reads back on every open path,
+/// through frees from other threads than the heap's, realloc into and out
+/// of those sizes, and a fork whose child reads them all.
+#[test]
+fn mid_size_blocks_keep_every_byte_across_threads_realloc_and_fork() {
+    let Some((dir, bin)) = c_program("mid_blocks", &["-O1", "-pthread"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (what, out) in on_every_open_path(&user, "16M", &[&bin, "4000"]) {
+        assert_eq!(out, "ok\n", "{what}");
+    }
+    // The blocks were evicted and faulted back, not only allocated.
+    let args = ["--budget", "16M", "--json", "--", bin.as_str(), "4000"];
+    let (out, s) = output_and_summary(&run(&[], &args), "mid_blocks --json");
+    assert_eq!(out, "ok\n");
+    let p = &s["processes"][0];
+    assert!(p["evicted_chunks"].as_u64().unwrap() > 0, "{p}");
+    assert!(p["pgmajfault"].as_u64().unwrap() > 0, "{p}");
+    assert_eq!(p["fault_errors"], 0, "{p}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `cmd` under `--budget {mib}M --json` on every open path: prints `want`,
 /// evicts more than `evicted` chunks, peaks within the budget, and takes
 /// no fault error.

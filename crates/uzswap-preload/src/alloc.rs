@@ -576,9 +576,17 @@ pub mod mid {
         if a < LO.load(Relaxed) || a >= HI.load(Relaxed) {
             return false;
         }
-        (0..SEG_USED.load(Acquire)).any(|i| {
+        (0..SEG_USED.load(Acquire)).any(|i| loop {
             let s = SEG_START[i].load(Acquire);
-            s != 0 && a >= s && a < SEG_END[i].load(Acquire)
+            if s == 0 || a < s {
+                break false;
+            }
+            let e = SEG_END[i].load(Acquire);
+            // The same segment's end only if its start did not change
+            // meanwhile (the entry freed and taken by another segment).
+            if SEG_START[i].load(Acquire) == s {
+                break a < e;
+            }
         })
     }
 
