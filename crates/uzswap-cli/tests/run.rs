@@ -753,19 +753,68 @@ fn a_forked_childs_own_memory_is_under_its_budget() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A fork after evictions brings nothing in: the child takes the evicted
+/// memory over from its copy of the parent's cache (`fork_share.c`). The
+/// parent writes all of its 64 MiB again before the child reads any of
+/// it, so its pool's objects are freed and reused meanwhile; the child
+/// still reads the bytes of the fork, writes half anew, and a grandchild
+/// (taking the child's own inherited entries over in turn) reads both
+/// halves. The parent's resident + pool never goes past twice its budget
+/// (a fork that brought its 64 MiB in took it to about four times), and
+/// the child still holds inherited pages at its exit: the half it only
+/// read stays in the parent's objects, not in memory of its own.
+#[test]
+fn a_forked_child_takes_evicted_memory_over_without_a_bring_in() {
+    let Some((dir, bin)) = c_program("fork_share", &["-O1"]) else {
+        return;
+    };
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "16M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin.as_str(), "2"]);
+        let (out, s) = output_and_summary(&run(pre, &args), &format!("fork_share {extra:?}"));
+        assert_eq!(out, "ok fork_share\n", "{extra:?}");
+        let procs = s["processes"].as_array().unwrap();
+        assert_eq!(procs.len(), 2, "{extra:?}: {s}");
+        for p in procs {
+            assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
+            assert_eq!(p["checksum_fail"], 0, "{extra:?}: {p}");
+        }
+        let (child, parent): (Vec<_>, Vec<_>) = procs
+            .iter()
+            .partition(|p| p["inherited_pages"].as_u64().unwrap() > 0);
+        assert_eq!(
+            child.len(),
+            1,
+            "{extra:?}: no child kept inherited pages: {s}"
+        );
+        let parent = parent[0];
+        assert!(
+            parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
+            "{extra:?}: the parent evicted little: {parent}"
+        );
+        assert!(
+            parent["peak_bytes"].as_u64().unwrap() < 32 << 20,
+            "{extra:?}: the fork brought the parent's memory in: {parent}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// With `--fork-instance` a child takes its memory over only once it
-/// changes it (`fork_defer.c`): one that allocates 256 KiB stays a single
-/// thread, as a shell's child before `exec` (which then pays for no
-/// instance: a subshell 1.0-1.3 ms against 2.6-3.1 with the take-over at
-/// the fork), and one that allocates 8 MiB has uzswap's threads; both
-/// read back every byte.
+/// changes it (`fork_defer.c`), where the parent evicted nothing (a
+/// child of one that did takes the evicted memory over at the fork): one
+/// that allocates 256 KiB stays a single thread, as a shell's child before
+/// `exec` (which then pays for no instance: a subshell 1.0-1.3 ms against
+/// 2.6-3.1 with the take-over at the fork), and one that allocates 8 MiB
+/// has uzswap's threads; both read back every byte.
 #[test]
 fn a_child_takes_its_memory_over_once_it_allocates() {
     let Some((dir, bin)) = c_program("fork_defer", &["-O1"]) else {
         return;
     };
     for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "32M", "--json", "--fork-instance"];
+        let mut args = vec!["--budget", "128M", "--json", "--fork-instance"];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--", bin.as_str()]);
         let (out, _) = output_and_summary(&run(pre, &args), &format!("fork_defer {extra:?}"));

@@ -75,13 +75,10 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         // SAFETY: glibc's fork.
         return unsafe { real::__fork() };
     };
-    let _one = st
-        .cfg
-        .fork_instance
-        .then(|| ONE_FORK.lock().unwrap_or_else(|e| e.into_inner()));
+    let _one = ONE_FORK.lock().unwrap_or_else(|e| e.into_inner());
     let g = Internal::enter();
-    let guard = match st.uz.prepare_fork() {
-        Ok(guard) => guard,
+    let prepared = match prepare(st) {
+        Ok(p) => p,
         Err(e) => {
             drop(g);
             crate::say(&format!("fork refused: {e}"));
@@ -89,21 +86,13 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
             return -1;
         }
     };
-    // With a take-over, every other thread of uzswap's at rest, holding no
-    // lock the child takes (`quiesce`); a detached child takes none.
-    let rest = if st.cfg.fork_instance {
-        let rest = quiesce::close(REST_TIMEOUT);
-        if rest.is_none() {
-            crate::say(&format!(
-                "fork: uzswap's threads did not come to rest within {} ms; \
-                 this child runs detached (plain memory, no budget)",
-                REST_TIMEOUT.as_millis()
-            ));
-        }
-        rest
-    } else {
-        None
-    };
+    let Prepared {
+        guard,
+        rest,
+        sharing,
+    } = prepared;
+    // What the parent holds of its budget: a sharing child has the rest.
+    let usage = st.uz.usage();
     // The mid-size heap and our address-space map stay consistent in the
     // child (the heap's lock first: its segments are mapped under it).
     let mid = crate::alloc::mid::lock_for_fork();
@@ -132,6 +121,16 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     // parent's instance is never used again (DETACHED, then STATE replaced).
     unsafe { st.uz.abandon_in_child() };
     let vmas = std::mem::take(&mut *vmas);
+    if sharing {
+        // The evicted memory is in the parent's instance only: taken over
+        // now, before the program reads any of it.
+        take_over_sharing(st, vmas, usage);
+        drop(g);
+        if crate::active().is_some() {
+            crate::register_thread();
+        }
+        return 0;
+    }
     let d = Box::new(Deferred { parent: st, vmas });
     DEFERRED.store(Box::into_raw(d), Release);
     // A child exiting takes nothing over: its allocator's last purge
@@ -141,6 +140,71 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     unsafe { libc::atexit(no_take_over) };
     drop(g);
     0
+}
+
+/// What a fork holds across the fork(2) itself.
+struct Prepared<'a> {
+    /// Eviction (and for a sharing fork, writeback) held.
+    guard: uzswap::region::ForkGuard<'a>,
+    /// uzswap's threads at rest, for a child that takes its memory over.
+    rest: Option<quiesce::Closed>,
+    /// The child takes the evicted memory over from its copy of the
+    /// parent's instance (`Uzswap::adopt_inheriting`); else every evicted
+    /// page was brought in.
+    sharing: bool,
+}
+
+/// Ready the instance for a fork. Where it has evicted memory, the child
+/// takes it over from its copy of this instance, with the threads at rest
+/// (`uzswap::region::fork`, docs/ARCHITECTURE.md "fork"); where that cannot
+/// be had (they did not come to rest, or a page went to the device), or
+/// nothing was ever evicted, every evicted page is brought in and the
+/// child runs detached, or with `--fork-instance` takes its memory over
+/// when it first changes it.
+fn prepare(st: &'static State) -> Result<Prepared<'static>, uzswap::region::RegionError> {
+    if st.uz.evicted_any() {
+        let guard = st.uz.prepare_fork_sharing()?;
+        match quiesce::close(REST_TIMEOUT) {
+            Some(rest) if guard.sharable() => {
+                return Ok(Prepared {
+                    guard,
+                    rest: Some(rest),
+                    sharing: true,
+                })
+            }
+            // Open again (dropped): the bring-in may need the threads.
+            _ => {}
+        }
+        guard.bring_in_all()?;
+        return Ok(Prepared {
+            guard,
+            rest: rest_for_take_over(st),
+            sharing: false,
+        });
+    }
+    let guard = st.uz.prepare_fork()?;
+    Ok(Prepared {
+        guard,
+        rest: rest_for_take_over(st),
+        sharing: false,
+    })
+}
+
+/// With `--fork-instance`, every other thread of uzswap's at rest, holding
+/// no lock the child takes (`quiesce`); a detached child takes none.
+fn rest_for_take_over(st: &State) -> Option<quiesce::Closed> {
+    if !st.cfg.fork_instance {
+        return None;
+    }
+    let rest = quiesce::close(REST_TIMEOUT);
+    if rest.is_none() {
+        crate::say(&format!(
+            "fork: uzswap's threads did not come to rest within {} ms; \
+             this child runs detached (plain memory, no budget)",
+            REST_TIMEOUT.as_millis()
+        ));
+    }
+    rest
 }
 
 extern "C" fn no_take_over() {
@@ -219,7 +283,7 @@ pub(crate) fn take_over_deferred() -> Option<&'static State> {
     // SAFETY: stored from a leaked Box by `fork`, taken out once (swapped).
     let d = unsafe { Box::from_raw(p) };
     let g = Internal::enter();
-    match take_over(d.parent, d.vmas) {
+    match take_over(d.parent, d.vmas, None) {
         Ok(child) => {
             STATE.store(child, Release);
             DETACHED.store(false, Release);
@@ -242,13 +306,24 @@ pub(crate) fn take_over_deferred() -> Option<&'static State> {
 /// In a child forked from the process of `parent` (whose instance it gave
 /// up at the fork, `Uzswap::abandon_in_child`): an instance of the
 /// child's own over the memory `vmas` maps (taken out of the parent's
-/// state, which is never used again). On failure everything is leaked:
-/// the parent's handles may not be dropped here.
-fn take_over(parent: &'static State, mut vmas: crate::vma::Vmas) -> Result<*mut State, String> {
+/// state, which is never used again). With `sharing` (the parent's
+/// usage at the fork), its evicted chunks are taken over too, and the
+/// budget is what the parent left of it. On failure everything is leaked:
+/// the parent's handles may not be dropped here; with `sharing`, nothing
+/// is left registered.
+fn take_over(
+    parent: &'static State,
+    mut vmas: crate::vma::Vmas,
+    sharing: Option<u64>,
+) -> Result<*mut State, String> {
+    let mut cfg = parent.cfg.uzswap();
+    if let Some(usage) = sharing {
+        cfg.budget = child_budget(&cfg, usage);
+    }
     // Its threads are not waited for where the program's allocator is
     // ours (its starting threads allocate from glibc): a child that execs
     // at once, as a shell's, pays little more than their creation.
-    let new = || Uzswap::new(parent.cfg.uzswap());
+    let new = || Uzswap::new(cfg);
     let made = if crate::alloc::program_brings_malloc() {
         new()
     } else {
@@ -261,7 +336,11 @@ fn take_over(parent: &'static State, mut vmas: crate::vma::Vmas) -> Result<*mut 
             return Err(e.to_string());
         }
     };
-    if let Err(e) = vmas.adopt_in_child(&uz) {
+    if let Err(e) = vmas.adopt_in_child(&uz, sharing.is_some()) {
+        if sharing.is_some() {
+            // SAFETY: the instance is leaked below and its regions with it.
+            unsafe { uz.unregister_all_in_child() };
+        }
         std::mem::forget(vmas);
         std::mem::forget(uz);
         return Err(e);
@@ -276,4 +355,54 @@ fn take_over(parent: &'static State, mut vmas: crate::vma::Vmas) -> Result<*mut 
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
     })))
+}
+
+/// A child's budget where it takes evicted memory over: what the parent's
+/// usage (`usage`, resident and pool at the fork) left of the budget, so
+/// that parent and child together hold about one budget as the kernel's
+/// memory cgroup holds a process tree to one limit, but never below
+/// [`CHILD_BUDGET_FLOOR`] of it (a child that must evict all it reads
+/// pays a fault per chunk; what it reads and does not write is dropped
+/// again, not compressed: `uzswap::region::fork`).
+fn child_budget(cfg: &uzswap::UzswapConfig, usage: u64) -> u64 {
+    let floor = (cfg.budget / CHILD_BUDGET_FLOOR).max(uzswap::region::min_budget(cfg));
+    cfg.budget.saturating_sub(usage).max(floor)
+}
+
+/// The least share of the budget a sharing child gets (1/16).
+const CHILD_BUDGET_FLOOR: u64 = 4;
+
+/// In a child forked with its evicted memory left in the parent's instance
+/// (`prepare`'s `sharing`): take it over with an instance of its own, or
+/// where that cannot be made, write every evicted page into place from the
+/// parent's cache and run detached (plain memory, no budget, a line says
+/// so). The program runs on only once its memory reads as the parent's.
+fn take_over_sharing(parent: &'static State, vmas: crate::vma::Vmas, usage: u64) {
+    match take_over(parent, vmas, Some(usage)) {
+        Ok(child) => {
+            STATE.store(child, Release);
+            DETACHED.store(false, Release);
+            // SAFETY: just stored, from a leaked Box.
+            crate::streams::after_fork(unsafe { &*child });
+            crate::report::start_interval();
+        }
+        Err(e) => {
+            // SAFETY: the parent's instance was given up at this fork,
+            // after `sharable` held there, and nothing else uses it.
+            let put = unsafe { parent.uz.materialize_in_child() };
+            match put {
+                Ok(()) => crate::say(&format!(
+                    "fork: the child runs without uzswap (plain memory, no budget): {e}"
+                )),
+                Err(e2) => {
+                    crate::say(&format!(
+                        "fork: the child could take over neither its memory ({e}) \
+                         nor its parent's evicted pages ({e2}); it exits"
+                    ));
+                    // SAFETY: ending this process; nothing of it is used.
+                    unsafe { libc::_exit(127) };
+                }
+            }
+        }
+    }
 }

@@ -349,10 +349,10 @@ extern "C" fn init() {
     if cfg.no_inherit {
         config::drop_preload_from_environ();
     }
-    if cfg.fork_instance {
-        // A fork then brings uzswap's threads to rest first (`fork.rs`).
-        uzswap::compress::quiesce::enable();
-    }
+    // A fork after evictions brings uzswap's threads to rest, so that its
+    // child can take the evicted memory over from its copy of the
+    // instance; with `--fork-instance` every fork does (`fork.rs`).
+    uzswap::compress::quiesce::enable();
     alloc::configure_glibc();
     uzswap::compress::thread_hook::set(uzswap_thread_began);
     uzswap::compress::thread_hook::set_scope(uzswap_scope_entered, uzswap_scope_left);

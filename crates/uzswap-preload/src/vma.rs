@@ -387,11 +387,23 @@ impl Vmas {
     /// threads), protected ranges pinned again, and locks dropped (fork(2):
     /// memory locks are not inherited). On failure the handles taken over
     /// so far are leaked too, and the child runs detached.
-    pub(crate) fn adopt_in_child(&mut self, uz: &uzswap::Uzswap) -> Result<(), String> {
+    ///
+    /// With `inheriting`, each region's evicted chunks are taken over too
+    /// (`Uzswap::adopt_inheriting`): only in a child forked after the
+    /// parent's `ForkGuard::sharable` held, its instance given up.
+    pub(crate) fn adopt_in_child(
+        &mut self,
+        uz: &uzswap::Uzswap,
+        inheriting: bool,
+    ) -> Result<(), String> {
         for (base, end, r) in self.regions.iter_mut() {
-            let new = uz
-                .adopt(r)
-                .map_err(|e| format!("taking over {base:#x}..{end:#x}: {e}"))?;
+            let new = if inheriting {
+                // SAFETY: the caller's (above).
+                unsafe { uz.adopt_inheriting(r) }
+            } else {
+                uz.adopt(r)
+            }
+            .map_err(|e| format!("taking over {base:#x}..{end:#x}: {e}"))?;
             std::mem::forget(std::mem::replace(r, new));
         }
         for (&s, &e) in &self.protected.0 {

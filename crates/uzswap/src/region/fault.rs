@@ -819,11 +819,12 @@ fn install(
 }
 
 /// Whether a read that brings in the whole chunk at `first` keeps its
-/// copies (`chunk::KEPT`): every page of it is written back (a chunk with
-/// pages in the pool keeps none, `keep.rs`), and partial chunks, whose
+/// copies (`chunk::KEPT`): every page of it is written back or inherited
+/// at a fork, copies that hold no pool memory (a chunk with pages in the
+/// pool keeps none, `keep.rs`), and partial chunks, whose
 /// eviction claims copies page by page, are on.
 fn kept_whole(sh: &Shared, first: SwapEntry) -> bool {
-    sh.cfg.partial_faults && sh.order > 0 && sh.zswap.written_back(first, 1 << sh.order)
+    sh.cfg.partial_faults && sh.order > 0 && sh.zswap.holds_no_memory(first, 1 << sh.order)
 }
 
 /// Whether PARTIAL word `w` has every group of its chunk mapped: nothing

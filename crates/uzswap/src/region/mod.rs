@@ -187,6 +187,7 @@ pub mod failpoints;
 #[cfg(not(feature = "failpoints"))]
 mod failpoints;
 mod fault;
+mod fork;
 mod keep;
 pub(crate) mod latency;
 mod locality;
@@ -1284,25 +1285,35 @@ impl Uzswap {
         };
         if pc == chunk {
             // The usual case, and a fork's cost: no division per chunk.
-            return self.adopt_with(base, len, touched);
+            return self.adopt_with(base, len, touched, None, |_| Ok(()));
         }
-        self.adopt_with(base, len, |ci| {
-            (ci * chunk / pc..((ci + 1) * chunk).div_ceil(pc).min(p.state.len())).any(touched)
-        })
+        self.adopt_with(
+            base,
+            len,
+            |ci| (ci * chunk / pc..((ci + 1) * chunk).div_ceil(pc).min(p.state.len())).any(touched),
+            None,
+            |_| Ok(()),
+        )
     }
 
     /// [`Uzswap::adopt`] of any anonymous private mapping of whole chunks
     /// at `base..base + len`, not in a region of this instance: every
     /// chunk may map pages, which stay, charged to nobody.
     pub fn adopt_mapping(&self, base: usize, len: usize) -> Result<Region, RegionError> {
-        self.adopt_with(base, len, |_| true)
+        self.adopt_with(base, len, |_| true, None, |_| Ok(()))
     }
 
+    /// The region over `base..base + len` for [`Uzswap::adopt`]: chunks
+    /// `may_map` names may map pages the parent left; its id is `id` where
+    /// given (a parent's, whose keys the entries taken over carry), else a
+    /// new one; `setup` runs on it before it is registered.
     fn adopt_with(
         &self,
         base: usize,
         len: usize,
         may_map: impl Fn(usize) -> bool,
+        id: Option<u32>,
+        setup: impl FnOnce(&RegionInner) -> Result<(), RegionError>,
     ) -> Result<Region, RegionError> {
         let sh = &self.owner.sh;
         let chunk = sh.chunk;
@@ -1327,7 +1338,18 @@ impl Uzswap {
                 "adopting {base:#x}: already a region"
             )));
         }
-        let id = sh.next_region.fetch_add(1, Relaxed);
+        let id = match id {
+            Some(id) => {
+                if sh.regions.read().values().any(|r| r.id == id) {
+                    return Err(RegionError::Config(format!(
+                        "adopting {base:#x}: region id {id} is taken"
+                    )));
+                }
+                sh.next_region.fetch_max(id + 1, Relaxed);
+                id
+            }
+            None => sh.next_region.fetch_add(1, Relaxed),
+        };
         if id >= 1 << 24 {
             return Err(RegionError::Config("out of region ids".into()));
         }
@@ -1340,6 +1362,7 @@ impl Uzswap {
             })
             .collect();
         let inner = RegionInner::new(id, base, len / chunk, chunk, Some(bits));
+        setup(&inner)?;
         let mut mapped = sh.mapped.lock();
         // No scan of what is mapped (`Fresh::No` would charge it): the
         // inherited pages stay charged to nobody.

@@ -221,12 +221,18 @@ impl Drop for PinGuard<'_> {
 /// parent: a child must `std::mem::forget` it, the lock it holds belongs
 /// to the parent's threads).
 pub struct ForkGuard<'a> {
-    sh: &'a Shared,
-    _slots: evict::Slot<'a>,
+    pub(super) sh: &'a Shared,
+    pub(super) _slots: evict::Slot<'a>,
+    /// Writeback's setting before a sharing fork held it off
+    /// (`Uzswap::prepare_fork_sharing`), restored on drop.
+    pub(super) writeback: Option<bool>,
 }
 
 impl Drop for ForkGuard<'_> {
     fn drop(&mut self) {
+        if let Some(on) = self.writeback {
+            self.sh.zswap.set_writeback_enabled(on);
+        }
         self.sh.frozen.store(false, Release);
         evict::maybe_kick(self.sh);
     }
@@ -321,25 +327,55 @@ impl Uzswap {
         let sh = &*self.owner.sh;
         sh.frozen.store(true, Release);
         let slots = sh.slots.take_all();
-        let guard = ForkGuard { sh, _slots: slots };
-        for attempt in 0.. {
-            let mut left = 0usize;
-            for r in sh.snapshot_regions() {
-                // Nothing of a region no eviction ever took can be
-                // unmapped (`RegionInner::evicted_once`; every slot is ours,
-                // so no eviction is between its taking and that flag).
-                if !r.registered.load(Acquire) || !r.evicted_once.load(Acquire) {
+        let guard = ForkGuard {
+            sh,
+            _slots: slots,
+            writeback: None,
+        };
+        guard.bring_in_all()?;
+        Ok(guard)
+    }
+}
+
+impl ForkGuard<'_> {
+    /// Bring every stored chunk in (eviction held by the guard).
+    pub fn bring_in_all(&self) -> Result<(), RegionError> {
+        bring_in(self.sh, |_, _| true)
+    }
+}
+
+/// Bring in every chunk of every region that has a page not mapped and that
+/// `which` names (region, chunk index), until none is left (eviction held
+/// by the caller's fork guard).
+pub(super) fn bring_in(
+    sh: &Shared,
+    which: impl Fn(&RegionInner, usize) -> bool,
+) -> Result<(), RegionError> {
+    // Left: a chunk with a page not mapped (a PARTIAL chunk with every
+    // group mapped has none).
+    let unmapped = |w: u32| match chunk::state(w) {
+        STORED => true,
+        PARTIAL => !fault::whole(sh, w),
+        _ => false,
+    };
+    for attempt in 0.. {
+        let mut left = 0usize;
+        for r in sh.snapshot_regions() {
+            // Nothing of a region no eviction ever took can be
+            // unmapped (`RegionInner::evicted_once`; every slot is ours,
+            // so no eviction is between its taking and that flag).
+            if !r.registered.load(Acquire) || !r.evicted_once.load(Acquire) {
+                continue;
+            }
+            let mut ci = 0;
+            while ci < r.state.len() {
+                if !which(&r, ci) {
+                    ci += 1;
                     continue;
                 }
-                fault::will_need(sh, &r, 0..r.state.len())?;
-                // Left: a chunk with a page not mapped (a PARTIAL chunk
-                // with every group mapped has none).
-                let unmapped = |w: u32| match chunk::state(w) {
-                    STORED => true,
-                    PARTIAL => !fault::whole(sh, w),
-                    _ => false,
-                };
-                for s in r.state.iter() {
+                let run = ci + (ci..r.state.len()).take_while(|&c| which(&r, c)).count();
+                fault::will_need(sh, &r, ci..run)?;
+                for s in &r.state[ci..run] {
                     let w = s.load(Acquire);
                     if matches!(chunk::state(w), BUSY | EVICTING) {
                         chunk::wait_released(s);
@@ -348,18 +384,19 @@ impl Uzswap {
                         left += usize::from(unmapped(w));
                     }
                 }
-            }
-            if left == 0 {
-                break;
-            }
-            if attempt == 3 {
-                return Err(RegionError::Os(format!(
-                    "fork: {left} chunks could not be brought in (see fault_errors)"
-                )));
+                ci = run;
             }
         }
-        Ok(guard)
+        if left == 0 {
+            break;
+        }
+        if attempt == 3 {
+            return Err(RegionError::Os(format!(
+                "fork: {left} chunks could not be brought in (see fault_errors)"
+            )));
+        }
     }
+    Ok(())
 }
 
 fn discard_in(sh: &Shared, r: &RegionInner, range: Range<usize>) {

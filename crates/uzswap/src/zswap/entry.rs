@@ -62,6 +62,20 @@ pub(crate) enum Payload {
         len: u16,
         comp: Option<CompressorId>,
     },
+    /// Inherited at a fork: `len` bytes at `addr` in this process's
+    /// copy-on-write copy of the parent's pool (an instance given up in the
+    /// child and never called, changed or unmapped again), holding the page
+    /// compressed by `comp` or as is (`None`). Memory the child shares with
+    /// its parent, so it is charged to neither pool: the entry holds no
+    /// memory of this instance, as a written-back one holds none, and is
+    /// kept as a clean copy as such entries are (`holds_no_memory`). Never
+    /// on the LRU, never written back. (Kernel: the swap entries a child
+    /// shares with its parent after `copy_pte_range`'s `swap_duplicate`.)
+    Inherited {
+        addr: usize,
+        len: u16,
+        comp: Option<CompressorId>,
+    },
 }
 
 /// The per-page record (kernel: struct zswap_entry).
@@ -103,8 +117,18 @@ impl ZswapEntry {
     pub fn handle(&self) -> Option<Handle> {
         match self.payload {
             Payload::Pool { handle, .. } => Some(handle),
-            Payload::SameFilled(_) | Payload::Device { .. } => None,
+            Payload::SameFilled(_) | Payload::Device { .. } | Payload::Inherited { .. } => None,
         }
+    }
+
+    /// A stored page whose object is in no memory of this instance's: on
+    /// the device, or in the copy of a parent's pool (`Inherited`). A copy
+    /// of such a page kept clean frees nothing when dropped (`chunk::KEPT`).
+    pub fn holds_no_memory(&self) -> bool {
+        matches!(
+            self.payload,
+            Payload::Device { .. } | Payload::Inherited { .. }
+        )
     }
 
     /// Pool entries are the LRU's members (kernel: entries with a length).

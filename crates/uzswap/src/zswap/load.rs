@@ -451,6 +451,13 @@ impl Zswap {
                 .pool
                 .read(handle, |obj| self.decode(key, e.csum, comp, obj, page, ctx)),
             Payload::Device { comp, .. } => self.decode(key, e.csum, comp, dev_page, page, ctx),
+            Payload::Inherited { addr, len, comp } => {
+                // SAFETY: the object lies in the copy of the parent's pool,
+                // mapped for the life of this process and never written
+                // here (`Zswap::inherit`).
+                let obj = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
+                self.decode(key, e.csum, comp, obj, page, ctx)
+            }
         }
     }
 

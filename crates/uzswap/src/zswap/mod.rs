@@ -19,6 +19,8 @@
 //! - `same_filled`: detection and fill of zero / repeated-word pages (seed 004).
 //! - `limits`: the pool limit with accept hysteresis.
 //! - `store`, `load`, `invalidate`: the operations.
+//! - `inherit`: the entries a forked child takes from its copy of the
+//!   parent's cache.
 //! - `writeback`: pool -> device, and device reads on load.
 //! - `swap_map`: per-slot counts of the packed objects on the device.
 //! - `seal`: encryption and authentication of the pages on the device;
@@ -80,6 +82,7 @@
 
 mod clean;
 mod entry;
+mod inherit;
 mod invalidate;
 mod limits;
 mod load;
@@ -403,9 +406,13 @@ pub struct Occupancy {
     pub device_pages: u64,
     /// Clean copies: pool objects of pages the caller also holds.
     pub clean_pages: u64,
-    /// Of `device_pages`, those kept as clean copies of pages the caller
-    /// also holds (`LoadMode::KeepClean` of written-back pages).
+    /// Of `device_pages` and `inherited_pages`, those kept as clean copies
+    /// of pages the caller also holds (`LoadMode::KeepClean` of pages
+    /// whose objects hold no pool memory).
     pub kept_pages: u64,
+    /// Pages whose objects are in the copy of a parent's pool
+    /// (`Zswap::inherit`): no memory of this pool's.
+    pub inherited_pages: u64,
 }
 
 impl Zswap {
@@ -596,25 +603,28 @@ impl Zswap {
         let c = &self.counters;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (same, dev) = (g(&c.same_filled_pages), g(&c.device_pages));
+        let inherited = g(&c.inherited_pages);
         Occupancy {
-            pool_pages: self.tree.len().saturating_sub(same + dev),
+            pool_pages: self.tree.len().saturating_sub(same + dev + inherited),
             compressed_bytes: g(&c.compressed_bytes),
             same_filled_pages: same,
             device_pages: dev,
             clean_pages: self.tree.clean_len(),
             kept_pages: self.tree.kept_len(),
+            inherited_pages: inherited,
         }
     }
 
     /// Whether every page of `first .. first + n` (in one aligned 2 MiB
-    /// group, as a folio) is stored and written back: a `KeepClean` load
-    /// of them keeps device slots only, no pool memory.
-    pub fn written_back(&self, first: SwapEntry, n: u64) -> bool {
+    /// group, as a folio) is stored with an object in no memory of this
+    /// pool's: written back, or inherited at a fork. A `KeepClean` load of
+    /// them keeps device slots or inherited objects only, no pool memory.
+    pub fn holds_no_memory(&self, first: SwapEntry, n: u64) -> bool {
         let shard = self.tree.lock(first, n);
         (0..n).all(|i| {
             shard
                 .get(first.offset(i))
-                .is_some_and(|e| e.slot().is_some())
+                .is_some_and(|e| e.holds_no_memory())
         })
     }
 
@@ -625,11 +635,13 @@ impl Zswap {
     }
 
     /// Entries currently stored in memory (pool and same-filled); pages
-    /// written back to the device are counted in `stats().device_pages`.
+    /// written back to the device are counted in `stats().device_pages`,
+    /// pages inherited at a fork in `stats().inherited_pages`.
     pub fn stored_pages(&self) -> u64 {
-        self.tree
-            .len()
-            .saturating_sub(self.counters.device_pages.load(Ordering::Relaxed))
+        let c = &self.counters;
+        self.tree.len().saturating_sub(
+            c.device_pages.load(Ordering::Relaxed) + c.inherited_pages.load(Ordering::Relaxed),
+        )
     }
 
     /// The swap device written back to, if any.
@@ -641,6 +653,22 @@ impl Zswap {
     /// on the device stay there and load as before; nothing new is written.
     pub fn set_writeback_enabled(&self, on: bool) {
         self.writeback_on.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether writeback is on (see [`Self::set_writeback_enabled`]).
+    pub fn writeback_enabled(&self) -> bool {
+        self.writeback_on.load(Ordering::Relaxed)
+    }
+
+    /// Whether any page of `first .. first + n` (in one aligned 2 MiB
+    /// group) is written back.
+    pub fn any_written_back(&self, first: SwapEntry, n: u64) -> bool {
+        let shard = self.tree.lock(first, n);
+        (0..n).any(|i| {
+            shard
+                .get(first.offset(i))
+                .is_some_and(|e| e.slot().is_some())
+        })
     }
 
     /// Turn the memory-pressure shrinker on or off

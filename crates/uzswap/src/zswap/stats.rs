@@ -31,6 +31,7 @@ pub(crate) struct Counters {
     pub promoted_pages: AtomicU64,
     pub clean_dropped: AtomicU64,
     pub device_pages: AtomicU64,
+    pub inherited_pages: AtomicU64,
     pub shrink_scanned: AtomicU64,
     pub shrink_rotated: AtomicU64,
     pub shrink_stop_protected: AtomicU64,
@@ -113,6 +114,10 @@ pub struct ZswapStats {
     /// holds unchanged (`LoadMode::KeepClean` of written-back pages): its
     /// next eviction of them claims the slots instead of storing again.
     pub kept_pages: u64,
+    /// Entries whose object is in the copy of a parent's pool this process
+    /// inherited at a fork (not in `stored_pages`: memory it shares with
+    /// its parent, charged to neither pool).
+    pub inherited_pages: u64,
     /// Device slots those entries take: objects are packed, so a slot
     /// holds parts of several.
     pub swap_slots: u64,
@@ -202,6 +207,7 @@ impl Counters {
             promoted_pages: g(&self.promoted_pages),
             clean_dropped: g(&self.clean_dropped),
             device_pages: g(&self.device_pages),
+            inherited_pages: g(&self.inherited_pages),
             shrink_scanned: g(&self.shrink_scanned),
             shrink_rotated: g(&self.shrink_rotated),
             shrink_stop_protected: g(&self.shrink_stop_protected),

@@ -281,6 +281,7 @@ impl Zswap {
         let c = &self.counters;
         match e.payload {
             Payload::Device { .. } => Counters::add(&c.device_pages, 1),
+            Payload::Inherited { .. } => Counters::add(&c.inherited_pages, 1),
             Payload::SameFilled(_) => Counters::add(&c.same_filled_pages, 1),
             Payload::Pool { len, comp, .. } => {
                 Counters::add(&c.compressed_bytes, len as u64);
@@ -310,6 +311,9 @@ impl Zswap {
         match e.payload {
             Payload::Device { .. } => {
                 c.device_pages.fetch_sub(1, Relaxed);
+            }
+            Payload::Inherited { .. } => {
+                c.inherited_pages.fetch_sub(1, Relaxed);
             }
             Payload::SameFilled(_) => {
                 c.same_filled_pages.fetch_sub(1, Relaxed);

@@ -334,9 +334,9 @@ fn left(tree: &Tree, o: &ZswapEntry) {
 }
 
 /// The count a clean entry is in: a pool entry's `clean`, a written-back
-/// one's `kept`.
+/// or inherited one's `kept`.
 fn clean_count<'t>(tree: &'t Tree, e: &ZswapEntry) -> &'t AtomicU64 {
-    if e.slot().is_some() {
+    if e.holds_no_memory() {
         &tree.kept
     } else {
         &tree.clean
@@ -515,7 +515,7 @@ impl ShardGuard<'_> {
     }
 
     /// Make the LRU entry under `key` a clean copy: off the LRU, at the tail
-    /// of the clean ring; or a written-back entry a kept one (counted, on
+    /// of the clean ring; or a written-back or inherited entry a kept one (counted, on
     /// no ring: freeing it makes no room). False if it is neither
     /// (same-filled, pinned, already clean, absent).
     pub fn mark_clean(&mut self, key: SwapEntry) -> bool {
@@ -529,7 +529,7 @@ impl ShardGuard<'_> {
                 self.tree.clean.fetch_add(1, Ordering::Relaxed);
                 true
             }
-            Some(e) if e.slot().is_some() && !e.clean => {
+            Some(e) if e.holds_no_memory() && !e.clean => {
                 e.clean = true;
                 self.tree.kept.fetch_add(1, Ordering::Relaxed);
                 true
@@ -545,7 +545,7 @@ impl ShardGuard<'_> {
         let Some(e) = self.shard.map.get_mut(key.0) else {
             return false;
         };
-        if e.clean && e.slot().is_some() {
+        if e.clean && e.holds_no_memory() {
             e.clean = false;
             self.tree.kept.fetch_sub(1, Ordering::Relaxed);
         } else if e.clean {

@@ -1,0 +1,251 @@
+//! A fork whose child takes the evicted memory over from its copy of the
+//! parent's instance, instead of the parent bringing it in first
+//! (`pin.rs`, `prepare_fork`).
+//!
+//! Without `UFFD_FEATURE_EVENT_FORK` a child's copy of a region is not
+//! registered, and an evicted page would read as zeros there. Bringing
+//! every evicted page in before the fork costs a decompression of all of
+//! them and takes the parent past its budget by as much, until its evictor
+//! takes it back: a Redis `BGSAVE` under a budget needs the whole dataset
+//! at once, and a memory cgroup's limit kills it. The kernel's child
+//! shares the parent's swap entries instead (`swap_duplicate`).
+//!
+//! The child here holds a copy-on-write copy of the parent's instance, its
+//! pool's objects included. Where that copy is consistent — every thread of
+//! uzswap's at rest at the fork (`compress::quiesce`), no chunk owned by a
+//! fault or an eviction — the child's instance takes each evicted chunk
+//! over as it stood ([`Uzswap::adopt_inheriting`]): STORED stays STORED,
+//! PARTIAL stays PARTIAL, their entries referring to the objects in that
+//! copy (`zswap::inherit`), so nothing is copied or decompressed at the
+//! fork and the objects stay shared with the parent. A fault in the child
+//! loads from them as from its own pool, and keeps them as clean copies
+//! (`chunk::KEPT`, as for written-back pages: they hold no memory of its
+//! pool), so a chunk the child reads and does not write is dropped again by
+//! its eviction, not compressed a second time. The mapped groups of a
+//! PARTIAL chunk are the parent's pages, shared copy-on-write; their write
+//! protection did not survive the fork (the kernel drops the marker in a
+//! child not registered for it), so their copies are not taken and the
+//! chunk is DIRTY here.
+//!
+//! What the child cannot take: pages written back. The parent frees and
+//! reuses its slots after the fork, so [`Uzswap::prepare_fork_sharing`]
+//! holds writeback off and brings the chunks with a page on the device in
+//! first; [`ForkGuard::sharable`] checks, once every thread is at rest,
+//! that none came back meanwhile (a writeback in flight when it was held
+//! off), and where one did, or a chunk is owned, the caller brings the rest
+//! in as before ([`ForkGuard::bring_in_all`]).
+//!
+//! Locking: as `prepare_fork` (every eviction slot, then each region's
+//! `live` inside the bring-in); the checks read chunk words and take one
+//! tree shard lock at a time.
+
+use super::chunk::{self, *};
+use super::pin::{self, ForkGuard};
+use super::{fault, Region, RegionError, RegionInner, Shared, Uzswap};
+use crate::zswap::LoadMode;
+use crate::PAGE_SIZE;
+use std::sync::atomic::Ordering::*;
+
+impl Uzswap {
+    /// Hold eviction and writeback for a fork whose child takes the
+    /// evicted memory over ([`Uzswap::adopt_inheriting`]), and bring in
+    /// the chunks it could not take: those with a page written back. Both
+    /// resume when the guard drops. The caller brings uzswap's threads to
+    /// rest next and asks [`ForkGuard::sharable`].
+    pub fn prepare_fork_sharing(&self) -> Result<ForkGuard<'_>, RegionError> {
+        let sh = &*self.owner.sh;
+        sh.frozen.store(true, Release);
+        let slots = sh.slots.take_all();
+        let writeback = sh.zswap.writeback_enabled();
+        sh.zswap.set_writeback_enabled(false);
+        let guard = ForkGuard {
+            sh,
+            _slots: slots,
+            writeback: Some(writeback),
+        };
+        pin::bring_in(sh, |r, ci| written_back(sh, r, ci))?;
+        Ok(guard)
+    }
+
+    /// Whether any region of this instance ever had a chunk evicted: a
+    /// fork before that has nothing to bring in or take over.
+    pub fn evicted_any(&self) -> bool {
+        self.owner
+            .sh
+            .snapshot_regions()
+            .iter()
+            .any(|r| r.evicted_once.load(Acquire))
+    }
+
+    /// [`Uzswap::adopt`], and every evicted chunk of `parent` taken over as
+    /// it stood: its entries refer to the objects in this process's copy of
+    /// the parent's pool (`Zswap::inherit`), under the parent's region id
+    /// (the entries' keys and checksums carry it). The mapped groups of a
+    /// PARTIAL chunk are charged here (its eviction stores or drops them);
+    /// what else the parent left mapped stays charged to nobody.
+    ///
+    /// # Safety
+    /// `parent` is a region of the instance this process inherited at a
+    /// fork, made with the same chunk size, given up
+    /// ([`Uzswap::abandon_in_child`]) after [`ForkGuard::sharable`] held
+    /// in the parent at the fork; that instance is never used or dropped
+    /// again, nor its memory unmapped.
+    pub unsafe fn adopt_inheriting(&self, parent: &Region) -> Result<Region, RegionError> {
+        let sh = &*self.owner.sh;
+        let psh = &*parent.owner.sh;
+        let p = &*parent.inner;
+        if psh.chunk != sh.chunk {
+            return Err(RegionError::Config(format!(
+                "taking over {:#x}: chunks of {} bytes, the parent's of {}",
+                p.base, sh.chunk, psh.chunk
+            )));
+        }
+        let n = 1usize << sh.order;
+        // Chunks left UNTOUCHED here that may map the parent's pages: any
+        // but the evicted ones taken over, as `adopt` judges.
+        let taken = |w: u32| match chunk::state(w) {
+            STORED => true,
+            PARTIAL => !fault::whole(psh, w),
+            _ => false,
+        };
+        let may_map = |ci: usize| {
+            let w = p.state[ci].load(Acquire);
+            !taken(w) && (chunk::state(w) != UNTOUCHED || p.may_map_inherited(ci))
+        };
+        let setup = |r: &RegionInner| {
+            if !p.evicted_once.load(Acquire) {
+                return Ok(());
+            }
+            r.evicted_once.store(true, Release);
+            let mut charged = 0u64;
+            for ci in 0..p.state.len() {
+                let w = p.state[ci].load(Acquire);
+                if !taken(w) {
+                    continue;
+                }
+                let first = psh.entry(p, ci);
+                // A PARTIAL chunk's mapped groups lost their write
+                // protection at the fork (the kernel clears the marker in
+                // a child not registered for it), so their copies are not
+                // taken and the chunk is DIRTY: its eviction protects and
+                // stores them afresh.
+                let (word, mapped) = match chunk::part_mask(w) {
+                    Some(m) if chunk::state(w) == PARTIAL => {
+                        (PARTIAL | (w & (PART | MASK_BITS)) | DIRTY, m)
+                    }
+                    _ => (STORED, 0),
+                };
+                let mapped_pages = chunk::mask_ranges(mapped, n);
+                let is_mapped = |i: u64| mapped_pages.iter().any(|m| m.contains(&(i as usize)));
+                // SAFETY: the caller's: `psh.zswap` is the parent's cache,
+                // quiesced at the fork and given up.
+                unsafe {
+                    sh.zswap
+                        .inherit(&psh.zswap, first, n as u64, |i| !is_mapped(i))
+                }
+                .map_err(|e| RegionError::Os(format!("taking over chunk {ci}: {e}")))?;
+                charged += mapped_pages.iter().map(|m| m.len() as u64).sum::<u64>();
+                r.state[ci].store(word, Release);
+            }
+            sh.resident.fetch_add(charged * PAGE_SIZE as u64, Relaxed);
+            Ok(())
+        };
+        self.adopt_with(p.base, p.len, may_map, Some(p.id), setup)
+    }
+}
+
+impl Uzswap {
+    /// Where a child could not take its memory over after a sharing fork:
+    /// no region of this (the child's new) instance stays registered, so
+    /// its memory is plain and faults nothing to a handler.
+    ///
+    /// # Safety
+    /// The instance is never used again (leaked).
+    pub unsafe fn unregister_all_in_child(&self) {
+        let sh = &*self.owner.sh;
+        for r in sh.snapshot_regions() {
+            if r.registered.load(Acquire) {
+                let _ = sh.uffd.unregister(r.base as *mut _, r.len);
+            }
+        }
+    }
+
+    /// In a child forked after [`ForkGuard::sharable`] held, whose memory
+    /// is not registered with any instance: every evicted page written into
+    /// place from this (the parent's, given up) instance's cache, so the
+    /// memory reads as the parent's did. Decompresses on the calling thread
+    /// only (the instance's threads were the parent's).
+    ///
+    /// # Safety
+    /// This is the instance the process inherited at the fork, given up
+    /// ([`Uzswap::abandon_in_child`]), and nothing else uses it.
+    pub unsafe fn materialize_in_child(&self) -> Result<(), RegionError> {
+        let sh = &*self.owner.sh;
+        let n = 1usize << sh.order;
+        let mut page = vec![0u8; PAGE_SIZE];
+        for r in sh.snapshot_regions() {
+            if !r.evicted_once.load(Acquire) {
+                continue;
+            }
+            for ci in 0..r.state.len() {
+                let w = r.state[ci].load(Acquire);
+                let mapped = match chunk::state(w) {
+                    STORED => 0,
+                    PARTIAL if !fault::whole(sh, w) => chunk::part_mask(w).unwrap_or(0),
+                    _ => continue,
+                };
+                let first = sh.entry(&r, ci);
+                let base = r.chunk_addr(ci, sh.chunk);
+                for range in chunk::mask_ranges(!mapped, n) {
+                    for i in range {
+                        sh.zswap
+                            .load(first.offset(i as u64), &mut page, LoadMode::KeepCopy)
+                            .map_err(|e| RegionError::Os(format!("chunk {ci}: {e}")))?;
+                        // SAFETY: a page of the region's mapping, plain
+                        // memory in this process, which nothing else runs
+                        // in yet.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                page.as_ptr(),
+                                (base + i * PAGE_SIZE) as *mut u8,
+                                PAGE_SIZE,
+                            )
+                        };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ForkGuard<'_> {
+    /// With every other thread of uzswap's at rest: whether a child forked
+    /// now can take every evicted chunk over ([`Uzswap::adopt_inheriting`]):
+    /// no chunk is owned (BUSY, EVICTING: half changed) and none with a
+    /// page not mapped has one written back. Reads every chunk word of
+    /// every region ever evicted from.
+    pub fn sharable(&self) -> bool {
+        let sh = self.sh;
+        sh.snapshot_regions().iter().all(|r| {
+            !r.registered.load(Acquire)
+                || !r.evicted_once.load(Acquire)
+                || (0..r.state.len()).all(|ci| {
+                    !matches!(chunk::state(r.state[ci].load(Acquire)), BUSY | EVICTING)
+                        && !written_back(sh, r, ci)
+                })
+        })
+    }
+}
+
+/// Whether chunk `ci` of `r` has a page not mapped and a page written back
+/// (which a child could not take: the parent reuses the slot).
+fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
+    let w = r.state[ci].load(Acquire);
+    let unmapped = match chunk::state(w) {
+        STORED => true,
+        PARTIAL => !fault::whole(sh, w),
+        _ => false,
+    };
+    unmapped && sh.zswap.any_written_back(sh.entry(r, ci), 1 << sh.order)
+}
