@@ -1,17 +1,33 @@
-//! `fork`: a child must see every byte its parent had; by default it then
-//! runs detached (plain memory, no budget) until it execs, and with
-//! `--fork-instance` (below) under an instance of its own.
+//! `fork`: a child must see every byte its parent had.
 //!
 //! Without `UFFD_FEATURE_EVENT_FORK` (which unprivileged processes cannot
 //! enable) a child's copy of a region is not registered, and a page evicted
-//! at the fork would read as zeros there: silent corruption. So the parent
-//! brings every evicted page in first (`Uzswap::prepare_fork`), holding
-//! eviction until the fork is done; the child then shares every page
-//! copy-on-write.
+//! at the fork would read as zeros there: silent corruption.
+//!
+//! After evictions, the child takes the evicted memory over from its
+//! copy-on-write copy of the parent's instance (`uzswap::region::fork`):
+//! the parent holds eviction and writeback, brings in only the chunks with
+//! a page written back, brings uzswap's threads to rest and forks; the
+//! child gives the parent's instance up (`Uzswap::abandon_in_child`) and,
+//! before the program runs on, makes one of its own that takes every
+//! region over with its evicted chunks (`Uzswap::adopt_inheriting`),
+//! their entries referring to the objects in its copy of the parent's
+//! pool. Nothing is decompressed at the fork, and the parent stays under
+//! its budget. The child's budget is what the parent's usage left of the
+//! budget, at least a quarter of it ([`child_budget`]). Where the threads
+//! do not come to rest in time, or a page went to the device meanwhile,
+//! the fork brings every evicted page in as below; where the child's
+//! instance cannot be made, the child writes the evicted pages into place
+//! from the parent's cache and runs detached.
+//!
+//! Before any eviction (and where the above falls back), the parent brings
+//! every evicted page in first (`Uzswap::prepare_fork`), holding eviction
+//! until the fork is done; the child then shares every page copy-on-write
+//! and runs detached (plain memory, no budget) until it execs, or with
+//! `--fork-instance` (below) under an instance of its own.
 //!
 //! With `--fork-instance`: the parent's instance is dead in the child (its
-//! threads were the parent's), so the child gives it up (`Uzswap::abandon_in_child`: its
-//! descriptors closed, nothing of it called or dropped again) and takes its
+//! threads were the parent's), so the child gives it up and takes its
 //! memory over with an instance of its own, under the same budget
 //! (`Uzswap::adopt` for every region; `Vmas::adopt_in_child`). What the
 //! parent left mapped stays and is charged to nobody in the child: it is the
@@ -34,19 +50,20 @@
 //! worker in about fifty hung at its first contended lock before. Where
 //! the threads do not come to rest in time (one inside waits for one at
 //! rest), the child runs detached, which takes none of uzswap's locks.
-//! The take-over is deferred until the child changes its memory
-//! ([`Deferred`]), and opt-in (docs/ARCHITECTURE.md, "fork"). `exec`
-//! starts the new image under uzswap again either way (the environment
-//! carries it).
+//! The take-over of a child whose parent evicted nothing is deferred until
+//! the child changes its memory ([`Deferred`]), and opt-in
+//! (docs/ARCHITECTURE.md, "fork"). `exec` starts the new image under
+//! uzswap again either way (the environment carries it).
 //!
-//! Costs: a decompression of everything evicted, once per fork, and memory
-//! over the budget until the parent's evictor takes it back; with
-//! `--fork-instance`, in a child that allocates, an instance's start (its
-//! threads, not waited for, a registration per region: a bash subshell
-//! took 3.3 ms against 1.1 ms detached while every child paid it).
-//! `vfork` and `posix_spawn` (which `system` and `popen` use) share the
-//! parent's memory and do not come here: they stay as cheap as without
-//! uzswap.
+//! Costs: with evictions, an instance's start in the child (its threads,
+//! a registration per region, a tree entry per evicted page); where the
+//! fork falls back, a decompression of everything evicted and memory over
+//! the budget until the parent's evictor takes it back; with
+//! `--fork-instance`, in a child that allocates, an instance's start (a
+//! bash subshell took 3.3 ms against 1.1 ms detached while every child
+//! paid it). `vfork` and `posix_spawn` (which `system` and `popen` use)
+//! share the parent's memory and do not come here: they stay as cheap as
+//! without uzswap.
 
 use crate::{real, Internal, State, DETACHED, STATE};
 use std::sync::atomic::Ordering::*;

@@ -64,6 +64,10 @@
 //!     +------------------invalidate (pool, same-filled or device)--------+
 //! ```
 //! Same-filled entries are stored like pool entries but never join the LRU.
+//! Inherited entries (a forked child's, taken by `inherit` from its copy of
+//! the parent's cache) load like pool entries, are never on the LRU or
+//! written back, and free nothing when they leave; kept clean, they count
+//! as kept, as written-back ones do.
 //! A `KeepPinned` load takes the folio's pool entries off the LRU (pinned:
 //! the caller holds the pages unchanged) and brings its written-back pages
 //! into the pool (device -> pool, the object as read, no recompression) when
