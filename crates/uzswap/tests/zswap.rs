@@ -594,3 +594,86 @@ fn tree_bytes_stay_bounded_under_churn() {
         s.tree_bytes
     );
 }
+
+/// `Zswap::inherit` (a forked child's take-over, here from a second
+/// instance in the same process, never used again after): the entries
+/// taken load byte-exact under the same keys, zero pages stay same-filled,
+/// the pool objects stay the parent's (no memory of the child's pool, so
+/// a kept clean copy of them counts as kept, not clean), a page that is
+/// not stored or is written back is refused with nothing taken, and the
+/// child's own stores replace inherited pages as any.
+#[test]
+fn inherited_entries_load_from_the_parents_objects() {
+    let parent = zswap("lz4");
+    let child = zswap("lz4");
+    let first = SwapEntry::new(3, 64);
+    let data = folio(Pattern::Text, 64, 4, 11);
+    parent.store_folio(first, 4, &data).unwrap();
+    let zero = SwapEntry::new(3, 200);
+    parent.store(zero, &[0u8; PAGE_SIZE]).unwrap();
+    let pool = parent.stats().pool_total_size;
+    // Only the pages `take` names (the child's mapped ones are not).
+    // SAFETY: `parent` is not used again until the end of the test but to
+    // be dropped, after `child`, which holds no reference once dropped.
+    let n = unsafe { child.inherit(&parent, first, 16, |i| i != 2) }.unwrap();
+    assert_eq!(n, 15);
+    assert!(
+        !child.contains(first.offset(2)),
+        "a page not named was taken"
+    );
+    // SAFETY: as above.
+    let zeros = unsafe { child.inherit(&parent, zero, 1, |_| true) };
+    assert_eq!(zeros.unwrap(), 1);
+    let s = child.stats();
+    assert_eq!(s.inherited_pages, 15, "{s:?}");
+    assert_eq!(s.same_filled_pages, 1, "{s:?}");
+    assert_eq!(
+        s.stored_pages, 1,
+        "inherited pages are not stored here: {s:?}"
+    );
+    assert_eq!(s.pool_total_size, 0, "the child's pool holds nothing");
+    assert_eq!(parent.stats().pool_total_size, pool);
+    // A missing page, or a range with one, takes nothing.
+    let missing = SwapEntry::new(3, 500);
+    // SAFETY: as above.
+    assert!(unsafe { child.inherit(&parent, missing, 1, |_| true) }.is_err());
+    let mut out = vec![0u8; PAGE_SIZE];
+    for i in [0u64, 1, 3, 15] {
+        child
+            .load(first.offset(i), &mut out, LoadMode::KeepClean)
+            .unwrap();
+        let at = i as usize * PAGE_SIZE;
+        assert!(out == data[at..at + PAGE_SIZE], "page {i} differs");
+    }
+    let s = child.stats();
+    assert_eq!((s.kept_pages, s.clean_pages), (4, 0), "{s:?}");
+    assert!(child.claim_clean(first.offset(0), 0));
+    child
+        .load(first.offset(4), &mut out, LoadMode::Exclusive)
+        .unwrap();
+    assert!(out == data[4 * PAGE_SIZE..5 * PAGE_SIZE]);
+    assert!(
+        !child.contains(first.offset(4)),
+        "an exclusive load drops it"
+    );
+    child.load(zero, &mut out, LoadMode::Exclusive).unwrap();
+    assert!(out.iter().all(|&b| b == 0));
+    // The child's own store replaces an inherited page.
+    let mine = folio(Pattern::Index, 5, 0, 99);
+    child.store(first.offset(5), &mine).unwrap();
+    child
+        .load(first.offset(5), &mut out, LoadMode::KeepCopy)
+        .unwrap();
+    assert!(out == mine);
+    assert!(child.invalidate(first.offset(6)));
+    let s = child.stats();
+    assert_eq!(s.inherited_pages, 15 - 3, "{s:?}");
+    assert_eq!(s.checksum_fail, 0);
+    drop(child);
+    // The parent's entries are untouched by all of it.
+    let mut all = vec![0u8; data.len()];
+    parent
+        .load_folio(first, 4, &mut all, LoadMode::Exclusive)
+        .unwrap();
+    assert!(all == data);
+}

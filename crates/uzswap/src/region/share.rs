@@ -207,16 +207,17 @@ pub(super) fn adapt(sh: &Shared, base: u64) {
     // as much as the objects do.
     let pool_bytes = o.compressed_bytes.max(sh.zswap.pool_total_size());
     let rho = (o.pool_pages * page) as f64 / pool_bytes as f64;
-    // Pages stored but not resident (clean copies, and written-back pages
-    // kept, are of resident pages).
-    let stored = (o.pool_pages + o.device_pages).saturating_sub(o.clean_pages + o.kept_pages);
+    // Pages stored but not resident (clean copies, and written-back or
+    // inherited pages kept, are of resident pages).
+    let stored = (o.pool_pages + o.device_pages + o.inherited_pages)
+        .saturating_sub(o.clean_pages + o.kept_pages);
     let touched = sh.resident.load(Relaxed) + stored * page;
     // Plan for the regions as mapped, not just what was touched so far: a
     // program filling its memory would otherwise get a share raised for
     // the part it has written and cut back when it writes the rest, and
     // each move makes the shrinker write back in a burst. Same-filled pages
     // cost nothing; the rest of the mapping is taken to have as many.
-    let sized = o.pool_pages + o.device_pages;
+    let sized = o.pool_pages + o.device_pages + o.inherited_pages;
     let mapped = *sh.mapped.lock() as f64 * sized as f64 / (sized + o.same_filled_pages) as f64;
     let used = if sh.cfg.plan_for_mapping {
         touched.max(mapped as u64)
