@@ -789,6 +789,11 @@ fn a_forked_child_takes_evicted_memory_over_without_a_bring_in() {
             "{extra:?}: no child kept inherited pages: {s}"
         );
         let parent = parent[0];
+        assert_eq!(
+            (&parent["forks_shared"], &parent["forks_brought_in"]),
+            (&1.into(), &0.into()),
+            "{extra:?}: {parent}"
+        );
         assert!(
             parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
             "{extra:?}: the parent evicted little: {parent}"
@@ -823,10 +828,11 @@ fn a_child_takes_its_memory_over_once_it_allocates() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// With `--fork-instance`, forks while uzswap's threads fault and evict
-/// (`fork_storm.c`: four threads at random over a heap twice the budget,
-/// the main thread forking 30 children that each start an instance of
-/// their own): every child exits, none hangs, every byte checked is right.
+/// Forks while uzswap's threads fault and evict (`fork_storm.c`: four
+/// threads at random over a heap twice the budget, the main thread forking
+/// 30 children that each start an instance of their own, taking the
+/// evicted heap over from the parent's cache), with `--fork-instance` and
+/// without: every child exits, none hangs, every byte checked is right.
 /// Before a fork brought uzswap's threads to rest (`quiesce`), a child
 /// copied while one of them was inside `parking_lot`'s table waited for
 /// ever at its own first contended lock (about one child in fifty of a
@@ -837,13 +843,25 @@ fn forks_amid_faults_and_evictions_leave_no_child_hung() {
         return;
     };
     for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "8M", "--json", "--fork-instance"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", bin.as_str(), "30", "16"]);
-        let (out, s) = output_and_summary(&run(pre, &args), &format!("fork_storm {extra:?}"));
-        assert_eq!(out, "forks=30 hung=0 bad=0\n", "{extra:?}");
-        for p in s["processes"].as_array().unwrap() {
-            assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
+        for instance in [&["--fork-instance"][..], &[]] {
+            let mut args = vec!["--budget", "8M", "--json"];
+            args.extend_from_slice(instance);
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", bin.as_str(), "30", "16"]);
+            let what = format!("fork_storm {instance:?} {extra:?}");
+            let (out, s) = output_and_summary(&run(pre, &args), &what);
+            assert_eq!(out, "forks=30 hung=0 bad=0\n", "{what}");
+            let procs = s["processes"].as_array().unwrap();
+            for p in procs {
+                assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+            }
+            // The heap is evicted all along: the children take it over
+            // from the parent's cache (all 900 of 30 runs' forks did).
+            let shared: u64 = procs
+                .iter()
+                .map(|p| p["forks_shared"].as_u64().unwrap())
+                .sum();
+            assert!(shared > 0, "{what}: no fork shared its evicted memory: {s}");
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();

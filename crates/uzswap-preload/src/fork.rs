@@ -78,6 +78,9 @@ use uzswap::Uzswap;
 /// fault's or an eviction batch's time, unless one waits on another.
 const REST_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// Rests a sharing fork tries for before it brings every evicted page in.
+const SHARE_TRIES: usize = 3;
+
 /// One fork with a take-over at a time: a second, waiting inside uzswap,
 /// would keep the first's threads from rest. A `std` mutex (a futex of its
 /// own), not `parking_lot`'s: a thread parking on it is not inside, and
@@ -127,6 +130,9 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     // The slots and the instance's threads are the parent's.
     std::mem::forget(guard);
     DETACHED.store(true, Release);
+    // The counts are the parent's too.
+    FORKS_SHARED.store(0, Relaxed);
+    FORKS_BROUGHT_IN.store(0, Relaxed);
     let Some(rest) = rest else {
         drop(vmas);
         drop(g);
@@ -159,6 +165,17 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     0
 }
 
+/// Forks of this process whose child took the evicted memory over, and
+/// forks after evictions that brought it in instead (`forks_shared`,
+/// `forks_brought_in` in the figures).
+static FORKS_SHARED: AtomicUsize = AtomicUsize::new(0);
+static FORKS_BROUGHT_IN: AtomicUsize = AtomicUsize::new(0);
+
+/// (`forks_shared`, `forks_brought_in`).
+pub(crate) fn counts() -> (usize, usize) {
+    (FORKS_SHARED.load(Relaxed), FORKS_BROUGHT_IN.load(Relaxed))
+}
+
 /// What a fork holds across the fork(2) itself.
 struct Prepared<'a> {
     /// Eviction (and for a sharing fork, writeback) held.
@@ -181,18 +198,30 @@ struct Prepared<'a> {
 fn prepare(st: &'static State) -> Result<Prepared<'static>, uzswap::region::RegionError> {
     if st.uz.evicted_any() {
         let guard = st.uz.prepare_fork_sharing()?;
-        match quiesce::close(REST_TIMEOUT) {
-            Some(rest) if guard.sharable() => {
-                return Ok(Prepared {
-                    guard,
-                    rest: Some(rest),
-                    sharing: true,
-                })
+        // A writeback in flight when it was held off may end after the
+        // bring-in, before the rest: its chunks are brought in and the
+        // rest taken again (a second try found none in fork_storm.c).
+        for _ in 0..SHARE_TRIES {
+            match quiesce::close(REST_TIMEOUT) {
+                Some(rest) if guard.sharable() => {
+                    FORKS_SHARED.fetch_add(1, Relaxed);
+                    return Ok(Prepared {
+                        guard,
+                        rest: Some(rest),
+                        sharing: true,
+                    });
+                }
+                // Not at rest in time: bring everything in.
+                None => break,
+                Some(rest) => {
+                    // Open again first: the bring-in may need the threads.
+                    drop(rest);
+                    guard.bring_in_written_back()?;
+                }
             }
-            // Open again (dropped): the bring-in may need the threads.
-            _ => {}
         }
         guard.bring_in_all()?;
+        FORKS_BROUGHT_IN.fetch_add(1, Relaxed);
         return Ok(Prepared {
             guard,
             rest: rest_for_take_over(st),

@@ -43,6 +43,9 @@ pub fn line(st: &State, event: &str) -> String {
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         o.insert("io_uring_refused".into(), crate::syscall::refused().into());
         o.insert("io_uring_filtered".into(), st.uring_filtered.into());
+        let (shared, brought_in) = crate::fork::counts();
+        o.insert("forks_shared".into(), shared.into());
+        o.insert("forks_brought_in".into(), brought_in.into());
     }
     v.to_string()
 }

@@ -63,7 +63,7 @@ impl Uzswap {
             _slots: slots,
             writeback: Some(writeback),
         };
-        pin::bring_in(sh, |r, ci| written_back(sh, r, ci))?;
+        guard.bring_in_written_back()?;
         Ok(guard)
     }
 
@@ -220,6 +220,13 @@ impl Uzswap {
 }
 
 impl ForkGuard<'_> {
+    /// Bring in the chunks with a page not mapped and a page written back
+    /// (a child could not take them over: [`ForkGuard::sharable`]).
+    pub fn bring_in_written_back(&self) -> Result<(), RegionError> {
+        let sh = self.sh;
+        pin::bring_in(sh, |r, ci| written_back(sh, r, ci))
+    }
+
     /// With every other thread of uzswap's at rest: whether a child forked
     /// now can take every evicted chunk over ([`Uzswap::adopt_inheriting`]):
     /// no chunk is owned (BUSY, EVICTING: half changed) and none with a
