@@ -754,7 +754,8 @@ fn a_forked_childs_own_memory_is_under_its_budget() {
 }
 
 /// A fork after evictions brings nothing in: the child takes the evicted
-/// memory over from its copy of the parent's cache (`fork_share.c`). The
+/// memory over from its copy of the parent's cache (`fork_share.c`), on
+/// every open path, as an unprivileged user too. The
 /// parent writes all of its 64 MiB again before the child reads any of
 /// it, so its pool's objects are freed and reused meanwhile; the child
 /// still reads the bytes of the fork, writes half anew, and a grandchild
@@ -768,7 +769,8 @@ fn a_forked_child_takes_evicted_memory_over_without_a_bring_in() {
     let Some((dir, bin)) = c_program("fork_share", &["-O1"]) else {
         return;
     };
-    for (pre, extra) in every_open_path(&None) {
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
         let mut args = vec!["--budget", "16M", "--json"];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--", bin.as_str(), "2"]);
