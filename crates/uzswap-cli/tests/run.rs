@@ -790,6 +790,9 @@ fn a_forked_child_takes_evicted_memory_over_without_a_bring_in() {
             1,
             "{extra:?}: no child kept inherited pages: {s}"
         );
+        // The child evicted under its own budget, and its fork of the
+        // grandchild shared in turn (its gate count was its own).
+        assert_eq!(child[0]["forks_shared"], 1, "{extra:?}: {}", child[0]);
         let parent = parent[0];
         assert_eq!(
             (&parent["forks_shared"], &parent["forks_brought_in"]),

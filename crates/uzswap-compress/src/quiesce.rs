@@ -122,6 +122,16 @@ impl Drop for Inside {
     }
 }
 
+/// In a child just forked: the count is of this thread alone. Any other
+/// thread counted at the fork (one between its increment and its look at
+/// the gate, or inside where the fork did not rest) does not exist here,
+/// and left counted it would keep every later `close` waiting out its
+/// timeout.
+pub fn reset_in_child() {
+    let own = DEPTH.try_with(|d| d.get().1).unwrap_or(false);
+    INSIDE.store(usize::from(own), SeqCst);
+}
+
 /// Run `wait` (a wait for work in a raw system call, holding no lock the
 /// child takes: see the module comment) with the calling thread stepped
 /// out, and come back through the gate.

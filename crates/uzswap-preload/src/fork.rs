@@ -97,9 +97,15 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     };
     let _one = ONE_FORK.lock().unwrap_or_else(|e| e.into_inner());
     let g = Internal::enter();
+    // The mid-size heap stays consistent in the child. Taken before
+    // uzswap's threads are brought to rest: a program thread holding it
+    // may fault on the heap's memory, and would wait at the shut gate
+    // while the fork waited for the lock. Others only ever try it.
+    let mid = crate::alloc::mid::lock_for_fork();
     let prepared = match prepare(st) {
         Ok(p) => p,
         Err(e) => {
+            drop(mid);
             drop(g);
             crate::say(&format!("fork refused: {e}"));
             crate::set_errno(libc::ENOMEM);
@@ -110,29 +116,35 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         guard,
         rest,
         sharing,
+        after_evictions,
     } = prepared;
     // What the parent holds of its budget: a sharing child has the rest.
     let usage = st.uz.usage();
-    // The mid-size heap and our address-space map stay consistent in the
-    // child (the heap's lock first: its segments are mapped under it).
-    let mid = crate::alloc::mid::lock_for_fork();
+    // Our address-space map stays consistent in the child.
     let mut vmas = st.vmas.lock();
     // SAFETY: glibc's fork.
     let pid = unsafe { real::__fork() };
     drop(mid);
     if pid != 0 {
+        if pid > 0 && after_evictions {
+            match sharing {
+                true => FORKS_SHARED.fetch_add(1, Relaxed),
+                false => FORKS_BROUGHT_IN.fetch_add(1, Relaxed),
+            };
+        }
         drop(vmas);
         drop(rest);
         drop(guard);
         drop(g);
         return pid;
     }
-    // The slots and the instance's threads are the parent's.
+    // The slots and the instance's threads are the parent's, and so are
+    // the counts (of forks, and of threads inside uzswap).
     std::mem::forget(guard);
     DETACHED.store(true, Release);
-    // The counts are the parent's too.
     FORKS_SHARED.store(0, Relaxed);
     FORKS_BROUGHT_IN.store(0, Relaxed);
+    quiesce::reset_in_child();
     let Some(rest) = rest else {
         drop(vmas);
         drop(g);
@@ -146,8 +158,13 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     let vmas = std::mem::take(&mut *vmas);
     if sharing {
         // The evicted memory is in the parent's instance only: taken over
-        // now, before the program reads any of it.
+        // now, before the program reads any of it, with the signals a
+        // handler could read it in held (a page a handler faulted in
+        // before its region was registered would read zeros, and stay).
+        let held = hold_signals();
         take_over_sharing(st, vmas, usage);
+        // SAFETY: restoring the mask `hold_signals` saved.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &held, std::ptr::null_mut()) };
         drop(g);
         if crate::active().is_some() {
             crate::register_thread();
@@ -165,9 +182,9 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     0
 }
 
-/// Forks of this process whose child took the evicted memory over, and
-/// forks after evictions that brought it in instead (`forks_shared`,
-/// `forks_brought_in` in the figures).
+/// Forks of this process (that succeeded) whose child took the evicted
+/// memory over, and forks after evictions that brought it in instead
+/// (`forks_shared`, `forks_brought_in` in the figures).
 static FORKS_SHARED: AtomicUsize = AtomicUsize::new(0);
 static FORKS_BROUGHT_IN: AtomicUsize = AtomicUsize::new(0);
 
@@ -186,6 +203,30 @@ struct Prepared<'a> {
     /// parent's instance (`Uzswap::adopt_inheriting`); else every evicted
     /// page was brought in.
     sharing: bool,
+    /// The instance had evicted memory (counted as shared or brought in).
+    after_evictions: bool,
+}
+
+/// Block every signal but the synchronous ones (a fault's SIGBUS above
+/// all, which signal mode resolves faults by); the mask before.
+fn hold_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, filled by the calls below.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        for s in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&mut all, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    }
 }
 
 /// Ready the instance for a fork. Where it has evicted memory, the child
@@ -204,11 +245,11 @@ fn prepare(st: &'static State) -> Result<Prepared<'static>, uzswap::region::Regi
         for _ in 0..SHARE_TRIES {
             match quiesce::close(REST_TIMEOUT) {
                 Some(rest) if guard.sharable() => {
-                    FORKS_SHARED.fetch_add(1, Relaxed);
                     return Ok(Prepared {
                         guard,
                         rest: Some(rest),
                         sharing: true,
+                        after_evictions: true,
                     });
                 }
                 // Not at rest in time: bring everything in.
@@ -221,11 +262,11 @@ fn prepare(st: &'static State) -> Result<Prepared<'static>, uzswap::region::Regi
             }
         }
         guard.bring_in_all()?;
-        FORKS_BROUGHT_IN.fetch_add(1, Relaxed);
         return Ok(Prepared {
             guard,
             rest: rest_for_take_over(st),
             sharing: false,
+            after_evictions: true,
         });
     }
     let guard = st.uz.prepare_fork()?;
@@ -233,6 +274,7 @@ fn prepare(st: &'static State) -> Result<Prepared<'static>, uzswap::region::Regi
         guard,
         rest: rest_for_take_over(st),
         sharing: false,
+        after_evictions: false,
     })
 }
 
@@ -364,6 +406,8 @@ fn take_over(
 ) -> Result<*mut State, String> {
     let mut cfg = parent.cfg.uzswap();
     if let Some(usage) = sharing {
+        // The parent's own budget (itself a child's, in a grandchild).
+        cfg.budget = parent.uz.config().budget;
         cfg.budget = child_budget(&cfg, usage);
     }
     // Its threads are not waited for where the program's allocator is
@@ -382,15 +426,22 @@ fn take_over(
             return Err(e.to_string());
         }
     };
+    // While regions are taken over one by one, nothing of them is evicted:
+    // a fallback rebuilds the memory from the parent's cache alone, and
+    // must find what the parent left mapped still there.
+    let held = sharing.map(|_| uz.hold_eviction());
     if let Err(e) = vmas.adopt_in_child(&uz, sharing.is_some()) {
         if sharing.is_some() {
-            // SAFETY: the instance is leaked below and its regions with it.
+            // SAFETY: the instance is leaked below and its regions with it
+            // (eviction held for good: its evictor has nothing to do).
             unsafe { uz.unregister_all_in_child() };
         }
+        std::mem::forget(held);
         std::mem::forget(vmas);
         std::mem::forget(uz);
         return Err(e);
     }
+    drop(held);
     Ok(Box::into_raw(Box::new(State {
         pin_buffers: uz.kernel_faults() == KernelFaults::NotServed,
         // A child inherits its parent's filter.
@@ -415,7 +466,9 @@ fn child_budget(cfg: &uzswap::UzswapConfig, usage: u64) -> u64 {
     cfg.budget.saturating_sub(usage).max(floor)
 }
 
-/// The least share of the budget a sharing child gets (1/16).
+/// The least share of the budget a sharing child gets: a quarter
+/// (docs/BENCHMARKS.md, "A fork shares its evicted memory": at a
+/// sixteenth Redis's `BGSAVE` child thrashed).
 const CHILD_BUDGET_FLOOR: u64 = 4;
 
 /// In a child forked with its evicted memory left in the parent's instance

@@ -67,6 +67,19 @@ impl Uzswap {
         Ok(guard)
     }
 
+    /// Hold eviction (every slot, and faults skip the backstop) until the
+    /// guard drops, bringing nothing in: for a child taking its regions
+    /// over one by one.
+    pub fn hold_eviction(&self) -> ForkGuard<'_> {
+        let sh = &*self.owner.sh;
+        sh.frozen.store(true, Release);
+        ForkGuard {
+            sh,
+            _slots: sh.slots.take_all(),
+            writeback: None,
+        }
+    }
+
     /// Whether any region of this instance ever had a chunk evicted: a
     /// fork before that has nothing to bring in or take over.
     pub fn evicted_any(&self) -> bool {

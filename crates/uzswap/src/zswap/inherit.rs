@@ -25,7 +25,10 @@ impl Zswap {
     /// Take the entries of the keys `take` names among `first .. first +
     /// n` (one aligned 2 MiB group at most) from `parent`, under the same
     /// keys: each must be stored there, none written back. Returns the
-    /// pages taken; on error nothing was taken.
+    /// pages taken; on error nothing was taken. (The region layer names
+    /// only the pages it has not mapped: an entry of a mapped page would
+    /// be taken for a clean copy of it, which the child's page, writable
+    /// since the fork, is not.)
     ///
     /// # Safety
     /// `parent` is an instance this process inherited at a fork from the

@@ -110,9 +110,10 @@ pub struct ZswapStats {
     pub clean_dropped: u64,
     /// Entries whose page is on the swap device now (not in `stored_pages`).
     pub device_pages: u64,
-    /// Of `device_pages`, those kept as clean copies of pages the caller
-    /// holds unchanged (`LoadMode::KeepClean` of written-back pages): its
-    /// next eviction of them claims the slots instead of storing again.
+    /// Of `device_pages` and `inherited_pages`, those kept as clean copies
+    /// of pages the caller holds unchanged (`LoadMode::KeepClean` of pages
+    /// whose objects hold no pool memory): its next eviction of them claims
+    /// them instead of storing again.
     pub kept_pages: u64,
     /// Entries whose object is in the copy of a parent's pool this process
     /// inherited at a fork (not in `stored_pages`: memory it shares with
