@@ -1,0 +1,160 @@
+//! The sharing fork at the library's level (`region/fork.rs`): a parent
+//! whose region is mostly evicted holds eviction and writeback
+//! (`prepare_fork_sharing`), brings its threads to rest and forks. The
+//! child either takes the evicted chunks over with an instance of its own
+//! (`adopt_inheriting`), reading every page and writing half of it anew
+//! under a budget a quarter of the parent's, or writes them into place from
+//! the parent's cache (`materialize_in_child`, the fallback where no
+//! instance can be made). Meanwhile the parent writes all of its pages
+//! again, freeing and reusing its pool's objects: the child must still
+//! read the bytes of the fork, and the parent its own.
+//!
+//! One test in its own binary: the child of a fork runs only the thread
+//! that forked, and the test harness's other threads hold nothing then.
+
+use std::time::Duration;
+use uzswap::compress::quiesce;
+use uzswap::region::{Config, HandlerMode, Region, Uzswap};
+use uzswap::{Pattern, PAGE_SIZE};
+
+mod common;
+use common::{instance, page};
+
+const LEN: usize = 32 << 20;
+
+fn fill(r: &Region, pages: std::ops::Range<usize>, seed: u64) {
+    for i in pages {
+        Pattern::Index.fill(i as u64, seed, page(r, i));
+    }
+}
+
+/// The first page of `pages` that does not hold `seed`'s bytes.
+fn differs(r: &Region, pages: std::ops::Range<usize>, seed: u64) -> Option<usize> {
+    let mut want = vec![0u8; PAGE_SIZE];
+    pages.into_iter().find(|&i| {
+        Pattern::Index.fill(i as u64, seed, &mut want);
+        page(r, i)[..] != want[..]
+    })
+}
+
+#[test]
+fn a_child_takes_evicted_chunks_over_or_writes_them_into_place() {
+    // Before the instances' threads start: they are counted from birth.
+    quiesce::enable();
+    for handler in [HandlerMode::Block, HandlerMode::Signal] {
+        let cfg = Config {
+            budget: 8 << 20,
+            folio_order: 4,
+            defer_register: false,
+            handler,
+            ..Config::default()
+        };
+        let Some(uz) = instance(cfg.clone()) else {
+            return;
+        };
+        let r = uz.region(LEN).unwrap();
+        for (round, take_over) in [true, false].into_iter().enumerate() {
+            fork_once(&uz, &r, &cfg, take_over, 10 + round as u64);
+        }
+    }
+}
+
+/// Fill `r` with `seed`'s bytes, fork sharing, and have the child check
+/// them (`child`) while the parent writes its own anew.
+fn fork_once(uz: &Uzswap, r: &Region, cfg: &Config, take_over: bool, seed: u64) {
+    let n = LEN / PAGE_SIZE;
+    let what = format!("{:?} take_over {take_over}", cfg.handler);
+    fill(r, 0..n, seed);
+    assert!(uz.stats().evicted_chunks > 0, "{what}");
+    let guard = uz.prepare_fork_sharing().unwrap();
+    let rest = quiesce::close(Duration::from_secs(5)).expect("uzswap's threads at rest");
+    assert!(
+        guard.sharable(),
+        "{what}: nothing written back, nothing owned"
+    );
+    // SAFETY: the child runs only the code below and leaves by _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        quiesce::reset_in_child();
+        drop(rest);
+        std::mem::forget(guard);
+        let run = || child(uz, r, cfg, take_over, seed);
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).map_or(100, |c| c);
+        // SAFETY: leaving the child without running anything of the
+        // parent's (destructors, the harness).
+        unsafe { libc::_exit(code) };
+    }
+    drop(rest);
+    drop(guard);
+    // The parent's pool frees and reuses its objects under the child.
+    fill(r, 0..n, seed + 100);
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+        "{what}: child status {st:#x} (see its stderr)"
+    );
+    assert_eq!(
+        differs(r, 0..n, seed + 100),
+        None,
+        "{what}: the parent's bytes"
+    );
+}
+
+/// The child's side; its exit status (0: every byte as the fork left it).
+fn child(uz: &Uzswap, r: &Region, cfg: &Config, take_over: bool, seed: u64) -> i32 {
+    let n = LEN / PAGE_SIZE;
+    // SAFETY: just forked, nothing of uzswap's ran here since, and the
+    // parent's instance is never used again but through the two calls
+    // below, which are for that.
+    unsafe { uz.abandon_in_child() };
+    if !take_over {
+        // SAFETY: as above; the region is plain memory here.
+        if let Err(e) = unsafe { uz.materialize_in_child() } {
+            eprintln!("materialize: {e}");
+            return 1;
+        }
+        return match differs(r, 0..n, seed) {
+            None => 0,
+            Some(i) => {
+                eprintln!("materialized page {i} differs");
+                2
+            }
+        };
+    }
+    let own = Uzswap::new(Config {
+        budget: cfg.budget / 4,
+        ..cfg.clone()
+    })
+    .expect("the child's instance");
+    let held = own.hold_eviction();
+    // SAFETY: `r` is the parent's, quiesced at the fork and given up.
+    let cr = unsafe { own.adopt_inheriting(r) }.expect("taken over");
+    drop(held);
+    let took = own.zswap().stats().inherited_pages;
+    if took == 0 {
+        eprintln!("no page taken over");
+        return 3;
+    }
+    if let Some(i) = differs(&cr, 0..n, seed) {
+        eprintln!("inherited page {i} differs");
+        return 4;
+    }
+    // Half written anew, the other half read again, under the child's
+    // budget: its evictions drop what it only read.
+    fill(&cr, 0..n / 2, seed + 50);
+    if let Some(i) = differs(&cr, n / 2..n, seed).or(differs(&cr, 0..n / 2, seed + 50)) {
+        eprintln!("page {i} differs after the child's writes");
+        return 5;
+    }
+    let s = own.stats();
+    if s.fault_errors != 0 || s.zswap.checksum_fail != 0 || s.evicted_chunks == 0 {
+        eprintln!("child's figures: {s:?}");
+        return 6;
+    }
+    std::mem::forget(cr);
+    std::mem::forget(own);
+    0
+}
