@@ -16,9 +16,12 @@
 //!
 //! Between operations a thread sometimes hints a range (`PageOut`, `Cold`,
 //! `WillNeed`; not counted as page operations). A forker thread every
-//! `--fork-every` seconds calls `prepare_fork`, forks, and the child
-//! compares every page with its copy of the shadow and writes and checks
-//! some pages of its own (each page it checks is a page operation); the run
+//! `--fork-every` seconds forks, every other time sharing the evicted
+//! memory (the child takes it over with an instance of its own,
+//! `Uzswap::adopt_inheriting`), else bringing it in first (`prepare_fork`);
+//! the child compares every page with its copy of the shadow and writes
+//! and checks some pages of its own (each page it checks is a page
+//! operation); the run
 //! ends with a pass that checks every page once more. Where the kernel's
 //! faults inside system calls are not served (signal mode, user mode only)
 //! system-call buffers are pinned first, as the preload library does.
@@ -141,6 +144,9 @@ struct Counters {
     discards: AtomicU64,
     hints: AtomicU64,
     forks: AtomicU64,
+    /// Of `forks`, those whose child took the evicted memory over from its
+    /// copy of the instance (`shared_fork`).
+    shared_forks: AtomicU64,
     fork_pages: AtomicU64,
     final_pages: AtomicU64,
     mismatches: AtomicU64,
@@ -209,6 +215,8 @@ impl Drop for Shadow {
 
 struct Soak {
     uz: Uzswap,
+    /// The instance's configuration, for a sharing fork's child.
+    cfg: Config,
     regions: Vec<Region>,
     region_pages: usize,
     pages: usize,
@@ -482,16 +490,31 @@ impl Soak {
         }
     }
 
-    /// One fork: every page brought in and eviction held (`prepare_fork`),
-    /// no operation in flight (the gate); the child checks every page
-    /// against its copy of the shadow, then writes and checks 64 pages of
-    /// its own, and reports through a pipe.
+    /// One fork, no operation in flight (the gate). Every other fork is a
+    /// sharing one (`Uzswap::prepare_fork_sharing`): the child takes the
+    /// evicted chunks over with an instance of its own, from its copy of
+    /// this one; the others bring every page in first and hold eviction
+    /// (`prepare_fork`). The child checks every page against its copy of
+    /// the shadow, then writes and checks 64 pages of its own, and reports
+    /// through a pipe.
     fn fork_once(&self, rng: &mut Rng) {
         let _gate = self.gate.write();
-        let guard = match self.uz.prepare_fork() {
-            Ok(g) => g,
+        let sharing = self.ctr.forks.load(Relaxed) % 2 == 1;
+        let prepared = if sharing {
+            self.uz.prepare_fork_sharing().and_then(|g| {
+                let rest = shared_rest(&g)?;
+                if rest.is_none() {
+                    g.bring_in_all()?;
+                }
+                Ok((g, rest))
+            })
+        } else {
+            self.uz.prepare_fork().map(|g| (g, None))
+        };
+        let (guard, rest) = match prepared {
+            Ok(p) => p,
             Err(e) => {
-                self.error(format_args!("prepare_fork: {e}"));
+                self.error(format_args!("preparing a fork: {e}"));
                 return;
             }
         };
@@ -502,14 +525,25 @@ impl Soak {
             return;
         }
         let seed = rng.next();
+        let shared = rest.is_some();
         // SAFETY: the child only reads and writes memory, writes the pipe
         // and exits; it takes no lock another thread could hold (the gate
-        // is ours, so no stripe is held) and allocates nothing.
+        // is ours, so no stripe is held) and, but for a sharing child
+        // (uzswap's threads at rest), allocates nothing.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             std::mem::forget(guard);
-            let (pages, bad) = self.child_check(seed);
-            let msg = [pages, bad];
+            let msg = match rest {
+                Some(rest) => {
+                    uzswap::compress::quiesce::reset_in_child();
+                    drop(rest);
+                    self.shared_child(seed)
+                }
+                None => {
+                    let (pages, bad) = self.child_check(seed);
+                    [pages, bad]
+                }
+            };
             // SAFETY: writing our own array to the pipe, then exiting
             // without running the parent's destructors.
             unsafe {
@@ -517,6 +551,7 @@ impl Soak {
                 libc::_exit(0);
             }
         }
+        drop(rest);
         drop(guard);
         // SAFETY: our end of the pipe.
         unsafe { libc::close(fds[1]) };
@@ -542,11 +577,52 @@ impl Soak {
             return;
         }
         self.ctr.forks.fetch_add(1, Relaxed);
+        if shared {
+            self.ctr.shared_forks.fetch_add(1, Relaxed);
+        }
         self.ctr.fork_pages.fetch_add(msg[0], Relaxed);
         if msg[1] > 0 {
             self.ctr.mismatches.fetch_add(msg[1], Relaxed);
             eprintln!("soak: MISMATCH in a fork child: {} pages differ", msg[1]);
         }
+    }
+
+    /// A sharing fork's child: the parent's instance given up, one of its
+    /// own (a quarter of the budget) that takes every region over with its
+    /// evicted chunks, then `child_check` through it. (Pages checked,
+    /// pages that differed); a child that cannot take over reports one bad
+    /// page and says why.
+    fn shared_child(&self, seed: u64) -> [u64; 2] {
+        // SAFETY: just forked after `shared_rest` held; the parent's
+        // instance is never used again but by the take-over below.
+        unsafe { self.uz.abandon_in_child() };
+        let cfg = Config {
+            budget: self.cfg.budget / 4,
+            ..self.cfg.clone()
+        };
+        let own = match Uzswap::new(cfg) {
+            Ok(own) => own,
+            Err(e) => {
+                eprintln!("soak: fork child: an instance of its own: {e}");
+                return [0, 1];
+            }
+        };
+        let held = own.hold_eviction();
+        for r in &self.regions {
+            // SAFETY: as above; the parent's regions are never used again
+            // but through these addresses.
+            match unsafe { own.adopt_inheriting(r) } {
+                Ok(r) => std::mem::forget(r),
+                Err(e) => {
+                    eprintln!("soak: fork child: taking a region over: {e}");
+                    return [0, 1];
+                }
+            }
+        }
+        drop(held);
+        let (pages, bad) = self.child_check(seed);
+        std::mem::forget(own);
+        [pages, bad]
     }
 
     /// The fork child's work (no allocation, no locks): (pages checked,
@@ -576,6 +652,26 @@ impl Soak {
         }
         (pages, bad)
     }
+}
+
+/// A sharing fork's rest: uzswap's threads at rest with nothing written
+/// back that the child would need, or `None` (the caller brings every page
+/// in instead). As the preload library's fork: up to three tries, the
+/// chunks a late writeback left on the device brought in between.
+fn shared_rest(
+    g: &uzswap::region::ForkGuard<'_>,
+) -> Result<Option<uzswap::compress::quiesce::Closed>, uzswap::RegionError> {
+    for _ in 0..3 {
+        match uzswap::compress::quiesce::close(Duration::from_millis(200)) {
+            Some(rest) if g.sharable() => return Ok(Some(rest)),
+            Some(rest) => {
+                drop(rest);
+                g.bring_in_written_back()?;
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(None)
 }
 
 /// An unlinked scratch file for one worker's system calls.
@@ -632,7 +728,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         wb.dir = args.swap_dir.clone();
         wb.size_bytes = args.swap_size.unwrap_or((pages * PAGE_SIZE) as u64);
     }
-    let uz = Uzswap::new(cfg)?;
+    // Threads are counted from their start, so that a sharing fork can
+    // bring them to rest (`shared_fork`).
+    uzswap::compress::quiesce::enable();
+    let uz = Uzswap::new(cfg.clone())?;
     let mut regions = Vec::new();
     for _ in 0..args.regions {
         regions.push(uz.region(region_bytes)?);
@@ -646,6 +745,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let hot_pages = ((args.budget / 2) as usize / PAGE_SIZE).clamp(1, pages);
     let soak = Arc::new(Soak {
         uz,
+        cfg,
         regions,
         region_pages,
         pages,
@@ -770,6 +870,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     line("system calls in", c.syscall_in.load(Relaxed));
     line("discards", c.discards.load(Relaxed));
     line("fork children", c.forks.load(Relaxed));
+    line(
+        "of them sharing the evicted memory",
+        c.shared_forks.load(Relaxed),
+    );
     line("pages checked in forks", c.fork_pages.load(Relaxed));
     line("pages checked at end", c.final_pages.load(Relaxed));
     line("hints", c.hints.load(Relaxed));
@@ -805,6 +909,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "syscall_in": c.syscall_in.load(Relaxed),
             "discards": c.discards.load(Relaxed),
             "forks": c.forks.load(Relaxed),
+            "shared_forks": c.shared_forks.load(Relaxed),
             "fork_pages": c.fork_pages.load(Relaxed),
             "final_pages": c.final_pages.load(Relaxed),
             "hints": c.hints.load(Relaxed),
