@@ -870,10 +870,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     line("system calls in", c.syscall_in.load(Relaxed));
     line("discards", c.discards.load(Relaxed));
     line("fork children", c.forks.load(Relaxed));
-    line(
-        "of them sharing the evicted memory",
-        c.shared_forks.load(Relaxed),
-    );
+    line("of them sharing", c.shared_forks.load(Relaxed));
     line("pages checked in forks", c.fork_pages.load(Relaxed));
     line("pages checked at end", c.final_pages.load(Relaxed));
     line("hints", c.hints.load(Relaxed));
