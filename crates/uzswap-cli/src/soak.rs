@@ -502,7 +502,7 @@ impl Soak {
         let sharing = self.ctr.forks.load(Relaxed) % 2 == 1;
         let prepared = if sharing {
             self.uz.prepare_fork_sharing().and_then(|g| {
-                let rest = shared_rest(&g)?;
+                let rest = g.rest_for_sharing(Duration::from_millis(200))?;
                 if rest.is_none() {
                     g.bring_in_all()?;
                 }
@@ -593,7 +593,7 @@ impl Soak {
     /// pages that differed); a child that cannot take over reports one bad
     /// page and says why.
     fn shared_child(&self, seed: u64) -> [u64; 2] {
-        // SAFETY: just forked after `shared_rest` held; the parent's
+        // SAFETY: just forked after `ForkGuard::rest_for_sharing` held; the parent's
         // instance is never used again but by the take-over below.
         unsafe { self.uz.abandon_in_child() };
         let cfg = Config {
@@ -652,26 +652,6 @@ impl Soak {
         }
         (pages, bad)
     }
-}
-
-/// A sharing fork's rest: uzswap's threads at rest with nothing written
-/// back that the child would need, or `None` (the caller brings every page
-/// in instead). As the preload library's fork: up to three tries, the
-/// chunks a late writeback left on the device brought in between.
-fn shared_rest(
-    g: &uzswap::region::ForkGuard<'_>,
-) -> Result<Option<uzswap::compress::quiesce::Closed>, uzswap::RegionError> {
-    for _ in 0..3 {
-        match uzswap::compress::quiesce::close(Duration::from_millis(200)) {
-            Some(rest) if g.sharable() => return Ok(Some(rest)),
-            Some(rest) => {
-                drop(rest);
-                g.bring_in_written_back()?;
-            }
-            None => return Ok(None),
-        }
-    }
-    Ok(None)
 }
 
 /// An unlinked scratch file for one worker's system calls.

@@ -78,9 +78,6 @@ use uzswap::Uzswap;
 /// fault's or an eviction batch's time, unless one waits on another.
 const REST_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// Rests a sharing fork tries for before it brings every evicted page in.
-const SHARE_TRIES: usize = 3;
-
 /// One fork with a take-over at a time: a second, waiting inside uzswap,
 /// would keep the first's threads from rest. A `std` mutex (a futex of its
 /// own), not `parking_lot`'s: a thread parking on it is not inside, and
@@ -239,27 +236,13 @@ fn hold_signals() -> libc::sigset_t {
 fn prepare(st: &'static State) -> Result<Prepared<'static>, uzswap::region::RegionError> {
     if st.uz.evicted_any() {
         let guard = st.uz.prepare_fork_sharing()?;
-        // A writeback in flight when it was held off may end after the
-        // bring-in, before the rest: its chunks are brought in and the
-        // rest taken again (a second try found none in fork_storm.c).
-        for _ in 0..SHARE_TRIES {
-            match quiesce::close(REST_TIMEOUT) {
-                Some(rest) if guard.sharable() => {
-                    return Ok(Prepared {
-                        guard,
-                        rest: Some(rest),
-                        sharing: true,
-                        after_evictions: true,
-                    });
-                }
-                // Not at rest in time: bring everything in.
-                None => break,
-                Some(rest) => {
-                    // Open again first: the bring-in may need the threads.
-                    drop(rest);
-                    guard.bring_in_written_back()?;
-                }
-            }
+        if let Some(rest) = guard.rest_for_sharing(REST_TIMEOUT)? {
+            return Ok(Prepared {
+                guard,
+                rest: Some(rest),
+                sharing: true,
+                after_evictions: true,
+            });
         }
         guard.bring_in_all()?;
         return Ok(Prepared {

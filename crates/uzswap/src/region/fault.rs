@@ -833,6 +833,16 @@ pub(super) fn whole(sh: &Shared, w: u32) -> bool {
     chunk::part_mask(w) == Some(chunk::full_mask(1 << sh.order))
 }
 
+/// Whether word `w` is of a chunk with a page not mapped, held in the
+/// cache: STORED, or PARTIAL with a group left out.
+pub(super) fn unmapped(sh: &Shared, w: u32) -> bool {
+    match chunk::state(w) {
+        STORED => true,
+        PARTIAL => !whole(sh, w),
+        _ => false,
+    }
+}
+
 /// The word bits of a chunk read in whole keeping its copies: PARTIAL with
 /// every group mapped, KEPT.
 fn kept_bits(sh: &Shared) -> u32 {

@@ -42,8 +42,12 @@
 use super::chunk::{self, *};
 use super::pin::{self, ForkGuard};
 use super::{fault, Region, RegionError, RegionInner, Shared, Uzswap};
+use crate::compress::quiesce;
 use crate::zswap::LoadMode;
 use crate::PAGE_SIZE;
+
+/// Rests a sharing fork tries for ([`ForkGuard::rest_for_sharing`]).
+const SHARE_TRIES: usize = 3;
 use std::sync::atomic::Ordering::*;
 
 impl Uzswap {
@@ -53,16 +57,10 @@ impl Uzswap {
     /// resume when the guard drops. The caller brings uzswap's threads to
     /// rest next and asks [`ForkGuard::sharable`].
     pub fn prepare_fork_sharing(&self) -> Result<ForkGuard<'_>, RegionError> {
-        let sh = &*self.owner.sh;
-        sh.frozen.store(true, Release);
-        let slots = sh.slots.take_all();
-        let writeback = sh.zswap.writeback_enabled();
-        sh.zswap.set_writeback_enabled(false);
-        let guard = ForkGuard {
-            sh,
-            _slots: slots,
-            writeback: Some(writeback),
-        };
+        let mut guard = self.hold_eviction();
+        let zswap = &guard.sh.zswap;
+        guard.writeback = Some(zswap.writeback_enabled());
+        zswap.set_writeback_enabled(false);
         guard.bring_in_written_back()?;
         Ok(guard)
     }
@@ -116,11 +114,7 @@ impl Uzswap {
         let n = 1usize << sh.order;
         // Chunks left UNTOUCHED here that may map the parent's pages: any
         // but the evicted ones taken over, as `adopt` judges.
-        let taken = |w: u32| match chunk::state(w) {
-            STORED => true,
-            PARTIAL => !fault::whole(psh, w),
-            _ => false,
-        };
+        let taken = |w: u32| fault::unmapped(psh, w);
         let may_map = |ci: usize| {
             let w = p.state[ci].load(Acquire);
             !taken(w) && (chunk::state(w) != UNTOUCHED || p.may_map_inherited(ci))
@@ -165,9 +159,7 @@ impl Uzswap {
         };
         self.adopt_with(p.base, p.len, may_map, Some(p.id), setup)
     }
-}
 
-impl Uzswap {
     /// Where a child could not take its memory over after a sharing fork:
     /// no region of this (the child's new) instance stays registered, so
     /// its memory is plain and faults nothing to a handler.
@@ -202,11 +194,10 @@ impl Uzswap {
             }
             for ci in 0..r.state.len() {
                 let w = r.state[ci].load(Acquire);
-                let mapped = match chunk::state(w) {
-                    STORED => 0,
-                    PARTIAL if !fault::whole(sh, w) => chunk::part_mask(w).unwrap_or(0),
-                    _ => continue,
-                };
+                if !fault::unmapped(sh, w) {
+                    continue;
+                }
+                let mapped = chunk::part_mask(w).unwrap_or(0);
                 let first = sh.entry(&r, ci);
                 let base = r.chunk_addr(ci, sh.chunk);
                 for range in chunk::mask_ranges(!mapped, n) {
@@ -240,6 +231,32 @@ impl ForkGuard<'_> {
         pin::bring_in(sh, |r, ci| written_back(sh, r, ci))
     }
 
+    /// uzswap's threads at rest (each try waiting up to `timeout`) with
+    /// every evicted chunk one a child can take over ([`Self::sharable`]),
+    /// or `None` where they do not come to rest or the tries run out: the
+    /// caller then brings every evicted page in ([`Self::bring_in_all`]).
+    /// A writeback in flight when [`Uzswap::prepare_fork_sharing`] held it
+    /// off may end after its bring-in, before the rest: such chunks are
+    /// brought in with the gate open, and the rest taken again (in
+    /// `fork_storm.c` one fork in four needed a second try, none a third).
+    pub fn rest_for_sharing(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<quiesce::Closed>, RegionError> {
+        for _ in 0..SHARE_TRIES {
+            match quiesce::close(timeout) {
+                Some(rest) if self.sharable() => return Ok(Some(rest)),
+                Some(rest) => {
+                    // Open again first: the bring-in may need the threads.
+                    drop(rest);
+                    self.bring_in_written_back()?;
+                }
+                None => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
     /// With every other thread of uzswap's at rest: whether a child forked
     /// now can take every evicted chunk over ([`Uzswap::adopt_inheriting`]):
     /// no chunk is owned (BUSY, EVICTING: half changed) and none with a
@@ -261,11 +278,6 @@ impl ForkGuard<'_> {
 /// Whether chunk `ci` of `r` has a page not mapped and a page written back
 /// (which a child could not take: the parent reuses the slot).
 fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
-    let w = r.state[ci].load(Acquire);
-    let unmapped = match chunk::state(w) {
-        STORED => true,
-        PARTIAL => !fault::whole(sh, w),
-        _ => false,
-    };
-    unmapped && sh.zswap.any_written_back(sh.entry(r, ci), 1 << sh.order)
+    fault::unmapped(sh, r.state[ci].load(Acquire))
+        && sh.zswap.any_written_back(sh.entry(r, ci), 1 << sh.order)
 }

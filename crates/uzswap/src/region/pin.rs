@@ -324,14 +324,7 @@ impl Uzswap {
     /// parent's bytes (see the module comment). Costs a decompression of
     /// everything evicted, and memory over the budget while held.
     pub fn prepare_fork(&self) -> Result<ForkGuard<'_>, RegionError> {
-        let sh = &*self.owner.sh;
-        sh.frozen.store(true, Release);
-        let slots = sh.slots.take_all();
-        let guard = ForkGuard {
-            sh,
-            _slots: slots,
-            writeback: None,
-        };
+        let guard = self.hold_eviction();
         guard.bring_in_all()?;
         Ok(guard)
     }
@@ -353,11 +346,7 @@ pub(super) fn bring_in(
 ) -> Result<(), RegionError> {
     // Left: a chunk with a page not mapped (a PARTIAL chunk with every
     // group mapped has none).
-    let unmapped = |w: u32| match chunk::state(w) {
-        STORED => true,
-        PARTIAL => !fault::whole(sh, w),
-        _ => false,
-    };
+    let unmapped = |w: u32| fault::unmapped(sh, w);
     for attempt in 0.. {
         let mut left = 0usize;
         for r in sh.snapshot_regions() {
