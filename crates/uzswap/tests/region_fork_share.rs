@@ -22,7 +22,7 @@ use common::{instance, page};
 
 const LEN: usize = 32 << 20;
 
-fn fill(r: &Region, pages: std::ops::Range<usize>, seed: u64) {
+fn fill(r: &Region, pages: impl IntoIterator<Item = usize>, seed: u64) {
     for i in pages {
         Pattern::Index.fill(i as u64, seed, page(r, i));
     }
@@ -66,6 +66,13 @@ fn fork_once(uz: &Uzswap, r: &Region, cfg: &Config, take_over: bool, seed: u64) 
     let what = format!("{:?} take_over {take_over}", cfg.handler);
     fill(r, 0..n, seed);
     assert!(uz.stats().evicted_chunks > 0, "{what}");
+    // Pages read and written at random, a page per chunk: the fork finds
+    // PARTIAL chunks with groups mapped, some with copies, some DIRTY.
+    // (Written with the bytes they hold: the child checks `seed`'s.)
+    for i in (3..n).step_by(37) {
+        assert_eq!(differs(r, i..i + 1, seed), None, "{what}: page {i}");
+    }
+    fill(r, (7..n).step_by(101), seed);
     let guard = uz.prepare_fork_sharing().unwrap();
     let rest = quiesce::close(Duration::from_secs(5)).expect("uzswap's threads at rest");
     assert!(
@@ -138,9 +145,26 @@ fn child(uz: &Uzswap, r: &Region, cfg: &Config, take_over: bool, seed: u64) -> i
         eprintln!("no page taken over");
         return 3;
     }
-    if let Some(i) = differs(&cr, 0..n, seed) {
-        eprintln!("inherited page {i} differs");
-        return 4;
+    // The parent's mapped pages are charged to nobody here: nothing is
+    // resident of the child's own yet.
+    let s = own.stats();
+    if s.resident_bytes != 0 || cr.resident_bytes() != 0 {
+        eprintln!("charged at the take-over: {s:?}");
+        return 7;
+    }
+    // Read twice under a quarter of the parent's budget: what the child
+    // only reads is dropped again by its evictions, never stored, and
+    // the groups mapped from the parent are never taken.
+    for _ in 0..2 {
+        if let Some(i) = differs(&cr, 0..n, seed) {
+            eprintln!("inherited page {i} differs");
+            return 4;
+        }
+    }
+    let s = own.stats();
+    if s.zswap.zswpout != 0 || s.evicted_chunks == 0 {
+        eprintln!("the child stored what it only read: {s:?}");
+        return 8;
     }
     // Half written anew, the other half read again, under the child's
     // budget: its evictions drop what it only read.
@@ -149,11 +173,23 @@ fn child(uz: &Uzswap, r: &Region, cfg: &Config, take_over: bool, seed: u64) -> i
         eprintln!("page {i} differs after the child's writes");
         return 5;
     }
+    let held = own.hold_eviction();
     let s = own.stats();
     if s.fault_errors != 0 || s.zswap.checksum_fail != 0 || s.evicted_chunks == 0 {
         eprintln!("child's figures: {s:?}");
         return 6;
     }
+    // Every charge made is taken back as it was made: the instance's
+    // resident bytes are what its region maps of its own.
+    if s.resident_bytes != cr.resident_bytes() {
+        eprintln!(
+            "resident {} against {} mapped",
+            s.resident_bytes,
+            cr.resident_bytes()
+        );
+        return 9;
+    }
+    drop(held);
     std::mem::forget(cr);
     std::mem::forget(own);
     0

@@ -225,7 +225,8 @@ impl Victim {
             ci,
             from: chunk::state(w),
             mask: chunk::part_mask(w).unwrap_or(0),
-            keep: 0,
+            // A child's groups mapped from its parent stay (`shared`).
+            keep: r.shared_mask(ci),
             word: w,
             protected: false,
         }
@@ -728,7 +729,9 @@ fn select(
                 let s = &r.state[ci];
                 let w = s.load(Acquire);
                 let st = chunk::state(w);
-                if !evictable(st) || w & PINNED != 0 {
+                // A child's PARTIAL chunk with only groups mapped from its
+                // parent (`shared`) holds nothing of its own to evict.
+                if !evictable(st) || w & PINNED != 0 || r.charged(ci, w, chunk) == 0 {
                     idle += 1;
                     continue;
                 }
@@ -760,7 +763,7 @@ fn select(
                     continue;
                 }
                 if let Ok(w) = chunk::take_for_evict(s, st) {
-                    got += chunk::charge(w, chunk);
+                    got += r.charged(ci, w, chunk);
                     out.push(Victim::new(r, ci, w));
                 }
             }
@@ -801,7 +804,8 @@ fn trim(r: &Arc<RegionInner>, ci: usize, w: u32, chunk: usize) -> Option<(Victim
     let fresh = &r.fresh[ci];
     let seen = fresh.load(Relaxed);
     let mask = chunk::part_mask(w)?;
-    if w & KEPT != 0 || (seen & mask).count_ones() != 1 || mask & !seen == 0 {
+    let shared = r.shared_mask(ci);
+    if w & KEPT != 0 || (seen & mask).count_ones() != 1 || mask & !seen & !shared == 0 {
         fresh.fetch_and(!seen, Relaxed);
         return None;
     }
@@ -812,7 +816,7 @@ fn trim(r: &Arc<RegionInner>, ci: usize, w: u32, chunk: usize) -> Option<(Victim
         .ok()?;
     fresh.store(0, Relaxed);
     let mut v = Victim::new(r, ci, w);
-    v.keep = mask & seen;
+    v.keep |= mask & seen;
     let group = chunk::group_pages(chunk / PAGE_SIZE) * PAGE_SIZE;
     let bytes = (v.going().count_ones() as usize * group) as u64;
     Some((v, bytes))
@@ -1005,11 +1009,14 @@ fn take_probation(
             // chunks here evicted them again at once: heap.py with 16 KiB
             // chunks, where a second read rarely lands in the same chunk,
             // refaulted 311 k times in 313 k evictions (docs/BENCHMARKS.md).
-            if chunk::state(w) != PARTIAL || w & (REF | ACTIVE) != 0 {
+            if chunk::state(w) != PARTIAL
+                || w & (REF | ACTIVE) != 0
+                || r.charged(ci as usize, w, sh.chunk) == 0
+            {
                 continue;
             }
             if let Ok(w) = chunk::take_for_evict(s, PARTIAL) {
-                got += chunk::charge(w, sh.chunk);
+                got += r.charged(ci as usize, w, sh.chunk);
                 out.push(Victim::new(r, ci as usize, w));
                 sh.ctr.evicted_probation.fetch_add(1, Relaxed);
             }
@@ -1043,7 +1050,8 @@ pub(super) fn page_out(sh: &Shared, r: &Arc<RegionInner>, chunks: Range<usize>) 
                 std::thread::yield_now();
                 st = chunk::state(s.load(Acquire));
             }
-            if evictable(st) {
+            let w = s.load(Acquire);
+            if evictable(st) && r.charged(ci, w, sh.chunk) > 0 {
                 if let Ok(w) = chunk::take_for_evict(s, st) {
                     victims.push(Victim::new(r, ci, w));
                 }

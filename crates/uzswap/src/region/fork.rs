@@ -124,7 +124,6 @@ impl Uzswap {
                 return Ok(());
             }
             r.evicted_once.store(true, Release);
-            let mut charged = 0u64;
             for ci in 0..p.state.len() {
                 let w = p.state[ci].load(Acquire);
                 if !taken(w) {
@@ -134,8 +133,14 @@ impl Uzswap {
                 // A PARTIAL chunk's mapped groups lost their write
                 // protection at the fork (the kernel clears the marker in
                 // a child not registered for it), so their copies are not
-                // taken and the chunk is DIRTY: its eviction protects and
-                // stores them afresh.
+                // taken and the chunk is DIRTY. They are the parent's
+                // pages, as an inherited whole chunk's are: charged to
+                // nobody and kept by every eviction of the chunk (`shared`)
+                // until it is completed. Charged, they took a Redis
+                // `BGSAVE` child's budget at once, and its evictions stored
+                // them into its own pool (688 k pages stored, 260 k read
+                // back from its device, for memory the parent still
+                // mapped).
                 let (word, mapped) = match chunk::part_mask(w) {
                     Some(m) if chunk::state(w) == PARTIAL => {
                         (PARTIAL | (w & (PART | MASK_BITS)) | DIRTY, m)
@@ -151,10 +156,11 @@ impl Uzswap {
                         .inherit(&psh.zswap, first, n as u64, |i| !is_mapped(i))
                 }
                 .map_err(|e| RegionError::Os(format!("taking over chunk {ci}: {e}")))?;
-                charged += mapped_pages.iter().map(|m| m.len() as u64).sum::<u64>();
+                if let Some(m) = &r.shared {
+                    m[ci].store(mapped, Relaxed);
+                }
                 r.state[ci].store(word, Release);
             }
-            sh.resident.fetch_add(charged * PAGE_SIZE as u64, Relaxed);
             Ok(())
         };
         self.adopt_with(p.base, p.len, may_map, Some(p.id), setup)

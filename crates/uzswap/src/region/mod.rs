@@ -775,6 +775,15 @@ struct RegionInner {
     /// discard, never spanned by a write-protect call, and not waited on
     /// by a pin; its bit is cleared once a discard has zapped it whole.
     inherited: Option<Box<[AtomicU64]>>,
+    /// With `inherited`: per chunk, the mapped groups of a PARTIAL chunk
+    /// taken over from the parent (`Uzswap::adopt_inheriting`), the
+    /// parent's pages shared copy-on-write. As an inherited whole chunk's
+    /// pages, they are charged to nobody here and no eviction takes them
+    /// (a `keep` of every victim of the chunk): the child has no copy of
+    /// them, and storing them would fill its pool with pages whose memory
+    /// the parent still maps. Cleared (and charged) when the chunk is
+    /// completed (`fault::fill`), and when a discard zaps it.
+    shared: Option<Box<[std::sync::atomic::AtomicU16]>>,
     /// Set (never cleared) when an eviction first takes a chunk of this
     /// region (`evict::Victim::new`), before that chunk can be STORED or
     /// PARTIAL: no other path makes one, so a region without it has
@@ -807,6 +816,9 @@ impl RegionInner {
             live: RwLock::new(true),
             registered: AtomicBool::new(false),
             pins: Mutex::new(std::collections::HashMap::new()),
+            shared: inherited
+                .as_ref()
+                .map(|_| crate::swap::zeroed_records(nchunks)),
             inherited,
             evicted_once: AtomicBool::new(false),
         })
@@ -828,6 +840,40 @@ impl RegionInner {
 
     fn chunk_addr(&self, ci: usize, chunk: usize) -> usize {
         self.base + ci * chunk
+    }
+
+    /// The groups of chunk `ci` mapped from the parent and charged to
+    /// nobody (`shared`).
+    fn shared_mask(&self, ci: usize) -> u16 {
+        self.shared.as_ref().map_or(0, |m| m[ci].load(Relaxed))
+    }
+
+    /// The bytes of those groups: what `chunk::charge` counts of chunk
+    /// `ci` that resident does not.
+    fn shared_bytes(&self, ci: usize, chunk: usize) -> u64 {
+        let m = self.shared_mask(ci);
+        if m == 0 {
+            return 0;
+        }
+        let group = chunk::group_pages(chunk / PAGE_SIZE) * PAGE_SIZE;
+        (m.count_ones() as usize * group) as u64
+    }
+
+    /// What chunk word `w` of chunk `ci` charges to resident.
+    fn charged(&self, ci: usize, w: u32, chunk: usize) -> u64 {
+        chunk::charge(w, chunk) - self.shared_bytes(ci, chunk)
+    }
+
+    /// Chunk `ci`'s shared groups become its own (the caller charges
+    /// them, or zaps them): their bytes.
+    fn take_shared(&self, ci: usize, chunk: usize) -> u64 {
+        let bytes = self.shared_bytes(ci, chunk);
+        if bytes > 0 {
+            if let Some(m) = &self.shared {
+                m[ci].store(0, Relaxed);
+            }
+        }
+        bytes
     }
 }
 
@@ -1725,8 +1771,10 @@ impl Region {
     pub fn resident_bytes(&self) -> u64 {
         self.owner.sh.publishing.wait_published();
         let chunk = self.owner.sh.chunk;
-        let words = self.inner.state.iter().map(|s| s.load(Acquire));
-        words.map(|w| chunk::charge(w, chunk)).sum()
+        let r = &self.inner;
+        (0..r.state.len())
+            .map(|ci| r.charged(ci, r.state[ci].load(Acquire), chunk))
+            .sum()
     }
 
     /// Hint about the bytes `range` (widened to whole chunks).
@@ -1782,10 +1830,10 @@ impl Drop for Region {
         *mapped -= r.len as u64;
         drop(mapped);
         let mut resident = 0u64;
-        for s in r.state.iter() {
+        for (ci, s) in r.state.iter().enumerate() {
             // EVICTING: picked by an evictor that will see `live` false and
             // leave the chunk (and its charge) to us.
-            resident += chunk::charge(s.load(Acquire), sh.chunk);
+            resident += r.charged(ci, s.load(Acquire), sh.chunk);
         }
         sh.resident.fetch_sub(resident, Relaxed);
         if r.registered.load(Acquire) {

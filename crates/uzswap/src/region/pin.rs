@@ -550,8 +550,9 @@ fn discard_chunk(sh: &Shared, r: &RegionInner, ci: usize) {
         }
     };
     let base = r.chunk_addr(ci, sh.chunk);
-    let charged = chunk::charge(prev, sh.chunk);
-    if charged > 0 || r.may_map_inherited(ci) {
+    let charged = r.charged(ci, prev, sh.chunk);
+    let shared = r.take_shared(ci, sh.chunk);
+    if charged > 0 || shared > 0 || r.may_map_inherited(ci) {
         // SAFETY: a chunk of a live region that we own (BUSY).
         unsafe { libc::madvise(base as *mut _, sh.chunk, libc::MADV_DONTNEED) };
         sh.resident.fetch_sub(charged, Relaxed);
