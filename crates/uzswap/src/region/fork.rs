@@ -25,7 +25,9 @@
 //! PARTIAL chunk are the parent's pages, shared copy-on-write; their write
 //! protection did not survive the fork (the kernel drops the marker in a
 //! child not registered for it), so their copies are not taken and the
-//! chunk is DIRTY here.
+//! chunk is DIRTY here. Like an inherited whole chunk's pages they are
+//! charged to nobody and no eviction of the child's takes them
+//! (`RegionInner::shared`), until a bring-in completes the chunk.
 //!
 //! What the child cannot take: pages written back. The parent frees and
 //! reuses its slots after the fork, so [`Uzswap::prepare_fork_sharing`]
@@ -163,7 +165,12 @@ impl Uzswap {
             }
             Ok(())
         };
-        self.adopt_with(p.base, p.len, may_map, Some(p.id), setup)
+        let region = self.adopt_with(p.base, p.len, may_map, Some(p.id), setup)?;
+        // SAFETY: this process's memory, registered now, and nothing runs
+        // in it but this thread.
+        unsafe { reconcile_touched(sh, &region.inner) }
+            .map_err(|e| RegionError::Os(format!("taking over {:#x}: {e}", p.base)))?;
+        Ok(region)
     }
 
     /// Where a child could not take its memory over after a sharing fork:
@@ -286,4 +293,80 @@ impl ForkGuard<'_> {
 fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     fault::unmapped(sh, r.state[ci].load(Acquire))
         && sh.zswap.any_written_back(sh.entry(r, ci), 1 << sh.order)
+}
+
+/// In a child, pages of evicted (unmapped) groups that are present once the
+/// region is registered: code ran in the child between `fork(2)` and the
+/// take-over and touched them while nothing was registered there, so the
+/// kernel filled them with zeros — glibc's `fork` resets the locks of every
+/// `FILE` (allocated in region memory under the preload library) before it
+/// returns, and the program's `pthread_atfork` child handlers (jemalloc's
+/// reinitialise its mutexes) run before the interposed `fork` gets control
+/// back. Such a page hides the page's data, which is in the cache: a Redis
+/// `BGSAVE` child read 15 values as empty strings from two such pages
+/// (before, the first eviction of their chunks zapped them whole, unless
+/// the program read them first). Each is put back under the cache: what
+/// was written there (its bytes that are not zero; the rest of the page
+/// was zeros) over the cached page, stored as that page's data, and the
+/// page zapped, so the next touch faults it in. A write of zero bytes
+/// there is lost, as the kernel gave no sign of it.
+///
+/// # Safety
+/// `r` is registered with this (the child's) instance, and no other thread
+/// of the process runs yet.
+unsafe fn reconcile_touched(sh: &Shared, r: &RegionInner) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let n = 1usize << sh.order;
+    let taken: Vec<usize> = (0..r.state.len())
+        .filter(|&ci| fault::unmapped(sh, r.state[ci].load(Acquire)))
+        .collect();
+    let (Some(&lo), Some(&hi)) = (taken.first(), taken.last()) else {
+        return Ok(());
+    };
+    // One read of the page map from the first such chunk to the last.
+    let per = sh.chunk / PAGE_SIZE;
+    let mut map = vec![0u8; (hi + 1 - lo) * per * 8];
+    let mut f = std::fs::File::open("/proc/self/pagemap")?;
+    f.seek(SeekFrom::Start(
+        ((r.chunk_addr(lo, sh.chunk) / PAGE_SIZE) * 8) as u64,
+    ))?;
+    f.read_exact(&mut map)?;
+    let present = |ci: usize, i: usize| {
+        let k = ((ci - lo) * per + i) * 8;
+        u64::from_le_bytes(map[k..k + 8].try_into().expect("8 bytes")) >> 63 != 0
+    };
+    let mut cached = vec![0u8; PAGE_SIZE];
+    for ci in taken {
+        let mask = chunk::part_mask(r.state[ci].load(Acquire)).unwrap_or(0);
+        for i in chunk::mask_ranges(!mask, n).into_iter().flatten() {
+            if !present(ci, i) {
+                continue;
+            }
+            let at = r.chunk_addr(ci, sh.chunk) + i * PAGE_SIZE;
+            let key = sh.entry(r, ci).offset(i as u64);
+            sh.zswap
+                .load(key, &mut cached, LoadMode::KeepCopy)
+                .map_err(|e| std::io::Error::other(format!("page {at:#x}: {e}")))?;
+            // SAFETY: a present page of the region, which nothing else
+            // runs in (the caller's).
+            let touched = unsafe { std::slice::from_raw_parts(at as *const u8, PAGE_SIZE) };
+            if touched.iter().any(|&b| b != 0) {
+                for (c, &t) in cached.iter_mut().zip(touched) {
+                    if t != 0 {
+                        *c = t;
+                    }
+                }
+                sh.zswap
+                    .restore(key, &cached)
+                    .map_err(|e| std::io::Error::other(format!("page {at:#x}: {e}")))?;
+            }
+            // SAFETY: the page's data is in the cache (as it was, or with
+            // what was written over it, just stored).
+            if unsafe { libc::madvise(at as *mut _, PAGE_SIZE, libc::MADV_DONTNEED) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            sh.ctr.fork_touched_pages.fetch_add(1, Relaxed);
+        }
+    }
+    Ok(())
 }

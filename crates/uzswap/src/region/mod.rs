@@ -676,6 +676,10 @@ pub struct UzswapStats {
     pub evict_batches: u64,
     /// Eviction steps (a probation step's worth, not a whole batch) the
     /// fault handler ran itself to hold the budget.
+    /// Pages of evicted memory a forked child touched before its
+    /// take-over registered them (`fork::reconcile_touched`): put back
+    /// under the cache, what was written there kept.
+    pub fork_touched_pages: u64,
     pub evict_inline_batches: u64,
     /// Charge points at which resident + pool was over the budget (0 when
     /// the budget held throughout).
@@ -727,6 +731,7 @@ struct Counters {
     evict_aborts: AtomicU64,
     evict_protect_calls: AtomicU64,
     evict_batches: AtomicU64,
+    fork_touched_pages: AtomicU64,
     evict_inline_batches: AtomicU64,
     budget_overruns: AtomicU64,
     workingset_refault: AtomicU64,
@@ -1704,6 +1709,7 @@ fn stats_of(sh: &Shared) -> UzswapStats {
         evict_aborts: g(&c.evict_aborts),
         evict_protect_calls: g(&c.evict_protect_calls),
         evict_batches: g(&c.evict_batches),
+        fork_touched_pages: g(&c.fork_touched_pages),
         evict_inline_batches: g(&c.evict_inline_batches),
         budget_overruns: g(&c.budget_overruns),
         workingset_refault: g(&c.workingset_refault),
