@@ -47,10 +47,12 @@ use super::{fault, Region, RegionError, RegionInner, Shared, Uzswap};
 use crate::compress::quiesce;
 use crate::zswap::LoadMode;
 use crate::PAGE_SIZE;
+use std::sync::atomic::Ordering::*;
 
 /// Rests a sharing fork tries for ([`ForkGuard::rest_for_sharing`]).
 const SHARE_TRIES: usize = 3;
-use std::sync::atomic::Ordering::*;
+/// Page map entries `reconcile_touched` reads at a time (512 KiB).
+const MAP_WINDOW_PAGES: usize = 64 << 10;
 
 impl Uzswap {
     /// Hold eviction and writeback for a fork whose child takes the
@@ -323,23 +325,31 @@ unsafe fn reconcile_touched(sh: &Shared, r: &RegionInner) -> std::io::Result<()>
     let (Some(&lo), Some(&hi)) = (taken.first(), taken.last()) else {
         return Ok(());
     };
-    // One read of the page map from the first such chunk to the last.
+    // The page map read a window of chunks at a time, from the first such
+    // chunk to the last (a 4 GiB reservation's whole map is 8 MiB).
     let per = sh.chunk / PAGE_SIZE;
-    let mut map = vec![0u8; (hi + 1 - lo) * per * 8];
+    let window = (MAP_WINDOW_PAGES / per).max(1);
+    let mut map = vec![0u8; window * per * 8];
     let mut f = std::fs::File::open("/proc/self/pagemap")?;
-    f.seek(SeekFrom::Start(
-        ((r.chunk_addr(lo, sh.chunk) / PAGE_SIZE) * 8) as u64,
-    ))?;
-    f.read_exact(&mut map)?;
-    let present = |ci: usize, i: usize| {
-        let k = ((ci - lo) * per + i) * 8;
-        u64::from_le_bytes(map[k..k + 8].try_into().expect("8 bytes")) >> 63 != 0
-    };
+    let mut at_window = usize::MAX;
     let mut cached = vec![0u8; PAGE_SIZE];
     for ci in taken {
+        let w0 = (ci - lo) / window * window + lo;
+        if w0 != at_window {
+            let len = (hi + 1 - w0).min(window) * per * 8;
+            f.seek(SeekFrom::Start(
+                ((r.chunk_addr(w0, sh.chunk) / PAGE_SIZE) * 8) as u64,
+            ))?;
+            f.read_exact(&mut map[..len])?;
+            at_window = w0;
+        }
+        let present = |i: usize| {
+            let k = ((ci - w0) * per + i) * 8;
+            u64::from_le_bytes(map[k..k + 8].try_into().expect("8 bytes")) >> 63 != 0
+        };
         let mask = chunk::part_mask(r.state[ci].load(Acquire)).unwrap_or(0);
         for i in chunk::mask_ranges(!mask, n).into_iter().flatten() {
-            if !present(ci, i) {
+            if !present(i) {
                 continue;
             }
             let at = r.chunk_addr(ci, sh.chunk) + i * PAGE_SIZE;

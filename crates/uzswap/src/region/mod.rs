@@ -676,11 +676,11 @@ pub struct UzswapStats {
     pub evict_batches: u64,
     /// Eviction steps (a probation step's worth, not a whole batch) the
     /// fault handler ran itself to hold the budget.
+    pub evict_inline_batches: u64,
     /// Pages of evicted memory a forked child touched before its
     /// take-over registered them (`fork::reconcile_touched`): put back
     /// under the cache, what was written there kept.
     pub fork_touched_pages: u64,
-    pub evict_inline_batches: u64,
     /// Charge points at which resident + pool was over the budget (0 when
     /// the budget held throughout).
     pub budget_overruns: u64,
@@ -787,7 +787,10 @@ struct RegionInner {
     /// (a `keep` of every victim of the chunk): the child has no copy of
     /// them, and storing them would fill its pool with pages whose memory
     /// the parent still maps. Cleared (and charged) when the chunk is
-    /// completed (`fault::fill`), and when a discard zaps it.
+    /// completed (`fault::fill`), and when a discard zaps it: both by the
+    /// chunk's owner (BUSY), before the release that publishes its word,
+    /// so whoever takes the chunk next (an eviction's compare-and-swap)
+    /// reads the mask that goes with that word.
     shared: Option<Box<[std::sync::atomic::AtomicU16]>>,
     /// Set (never cleared) when an eviction first takes a chunk of this
     /// region (`evict::Victim::new`), before that chunk can be STORED or
@@ -864,9 +867,10 @@ impl RegionInner {
         (m.count_ones() as usize * group) as u64
     }
 
-    /// What chunk word `w` of chunk `ci` charges to resident.
+    /// What chunk word `w` of chunk `ci` charges to resident (nothing for
+    /// a word that maps nothing, BUSY included, whatever the mask says).
     fn charged(&self, ci: usize, w: u32, chunk: usize) -> u64 {
-        chunk::charge(w, chunk) - self.shared_bytes(ci, chunk)
+        chunk::charge(w, chunk).saturating_sub(self.shared_bytes(ci, chunk))
     }
 
     /// Chunk `ci`'s shared groups become its own (the caller charges
