@@ -14,7 +14,7 @@
 //! their entries referring to the objects in its copy of the parent's
 //! pool. Nothing is decompressed at the fork, and the parent stays under
 //! its budget. The child's budget is what the parent's usage left of the
-//! budget, at least a quarter of it ([`child_budget`]). Where the threads
+//! budget, at least a sixteenth of it ([`child_budget`]). Where the threads
 //! do not come to rest in time, or a page went to the device meanwhile,
 //! the fork brings every evicted page in as below; where the child's
 //! instance cannot be made, the child writes the evicted pages into place
@@ -449,10 +449,16 @@ fn child_budget(cfg: &uzswap::UzswapConfig, usage: u64) -> u64 {
     cfg.budget.saturating_sub(usage).max(floor)
 }
 
-/// The least share of the budget a sharing child gets: a quarter
-/// (docs/BENCHMARKS.md, "A fork shares its evicted memory": at a
-/// sixteenth Redis's `BGSAVE` child thrashed).
-const CHILD_BUDGET_FLOOR: u64 = 4;
+/// The least share of the budget a sharing child gets: a sixteenth. What
+/// a child faults in is its own copy, on top of what its parent holds
+/// (the kernel's child reads a swapped-out page into the swap cache,
+/// shared, charged once), so the floor is what the tree may hold beyond
+/// one budget. Redis's `BGSAVE` child at a quarter added 53 MiB to a
+/// 212 MiB budget; at a sixteenth, since a child keeps what it reads as
+/// clean copies of its parent's objects, it saves in 3-6 s where it took
+/// 2 s, and at the same real memory the whole run is faster
+/// (docs/BENCHMARKS.md, "A forked child's share of the budget").
+const CHILD_BUDGET_FLOOR: u64 = 16;
 
 /// In a child forked with its evicted memory left in the parent's instance
 /// (`prepare`'s `sharing`): take it over with an instance of its own, or
