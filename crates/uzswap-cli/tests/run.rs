@@ -741,7 +741,7 @@ fn a_forked_childs_own_memory_is_under_its_budget() {
         }
         // The child evicted its own memory: more than the parent had. (Its
         // peak is not asserted: its budget is what the parent left, at
-        // least a quarter, and the evicted memory of its own it hands the
+        // least a sixteenth, and the evicted memory of its own it hands the
         // grandchild stays in its cache.)
         assert!(
             procs
