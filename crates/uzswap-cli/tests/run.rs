@@ -753,6 +753,57 @@ fn a_forked_childs_own_memory_is_under_its_budget() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A stream opened early and left idle while the heap churns under the
+/// budget, its FILE evicted, then a fork (`fork_stdio.c`): glibc resets
+/// every stream's lock in the child before uzswap registers anything
+/// there, and the child died of SIGSEGV inside `fork` reading the evicted
+/// FILE as zeros. With a second thread holding the stream's lock across
+/// the fork, the child must find it reset and write through the stream.
+/// On every open path, as an unprivileged user too (where system calls'
+/// faults are not served, streams live outside regions: the fork must
+/// still work).
+#[test]
+fn a_forked_child_writes_through_a_stream_whose_file_was_evicted() {
+    let Some((dir, bin)) = c_program("fork_stdio", &["-O1", "-pthread"]) else {
+        return;
+    };
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
+        for mode in ["idle", "held"] {
+            let file = dir.join(format!("out-{mode}-{}", pre.len() + extra.len()));
+            let file = file.to_str().unwrap();
+            let mut args = vec!["--budget", "16M", "--json"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", bin.as_str(), "64", file, mode]);
+            let what = format!("fork_stdio {mode} {extra:?} {pre:?}");
+            let (out, s) = output_and_summary(&run(pre, &args), &what);
+            // The churn must have evicted the FILE, or this proves nothing;
+            // where system calls' faults are not served, streams are
+            // opened with glibc's heap (`streams.rs`) and never evicted.
+            let evicted = if s["processes"][0]["kernel_faults"] == "served" {
+                "1"
+            } else {
+                "0"
+            };
+            assert_eq!(
+                out,
+                format!("evicted {evicted}\nok fork_stdio\n"),
+                "{what}: {s}"
+            );
+            for p in s["processes"].as_array().unwrap() {
+                assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+            }
+            let got = std::fs::read_to_string(file).unwrap();
+            assert!(
+                got.starts_with("child ") && got.ends_with("\nparent\n"),
+                "{what}: {got:?}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A fork after evictions brings nothing in: the child takes the evicted
 /// memory over from its copy of the parent's cache (`fork_share.c`), on
 /// every open path, as an unprivileged user too. The

@@ -99,9 +99,16 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     // may fault on the heap's memory, and would wait at the shut gate
     // while the fork waited for the lock. Others only ever try it.
     let mid = crate::alloc::mid::lock_for_fork();
+    // Before eviction is held: bringing a stream in may need room.
+    let streams = if st.uz.evicted_any() {
+        crate::streams::pin_for_fork(st)
+    } else {
+        Vec::new()
+    };
     let prepared = match prepare(st) {
         Ok(p) => p,
         Err(e) => {
+            drop(streams);
             drop(mid);
             drop(g);
             crate::say(&format!("fork refused: {e}"));
@@ -132,12 +139,14 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         drop(vmas);
         drop(rest);
         drop(guard);
+        drop(streams);
         drop(g);
         return pid;
     }
     // The slots and the instance's threads are the parent's, and so are
-    // the counts (of forks, and of threads inside uzswap).
+    // the counts (of forks, and of threads inside uzswap), and the pins.
     std::mem::forget(guard);
+    std::mem::forget(streams);
     DETACHED.store(true, Release);
     FORKS_SHARED.store(0, Relaxed);
     FORKS_BROUGHT_IN.store(0, Relaxed);

@@ -521,3 +521,82 @@ macro_rules! closes {
 
 closes!(fclose);
 closes!(pclose);
+
+// ---- streams across fork ----------------------------------------------
+//
+// In the child of a multi-threaded program (every program under uzswap is
+// one: its threads count) glibc's `fork` resets the lock of every stream
+// before anything else runs there (`fresetlockfiles`: it reads each
+// FILE's flags and lock pointer, then writes the lock), and nothing of
+// uzswap's is registered in the child yet. A FILE whose page was evicted
+// reads as zeros there: a null lock pointer, and the child died of
+// SIGSEGV inside `fork` (`fork_stdio.c`, a stream opened and left idle
+// while the heap churned); a lock on an evicted page is written to a page
+// the kernel zero-filled, and the take-over can merge only its bytes that
+// are not zero back over the cached page (`fork::reconcile_touched`): a
+// lock reset to zero would read as held again, and the child's first
+// write to the stream would wait for ever. So before such a fork every
+// stream's FILE and lock are brought in and pinned until the fork is done.
+
+/// Offsets in glibc's `struct _IO_FILE` (<bits/types/struct_FILE.h>, an ABI
+/// glibc keeps) of `_chain` (the next stream of `_IO_list_all`) and
+/// `_lock`, and the bytes of `struct _IO_FILE_plus` (the FILE and its
+/// jump table pointer).
+#[cfg(target_pointer_width = "64")]
+const CHAIN_AT: usize = 0x68;
+#[cfg(target_pointer_width = "64")]
+const LOCK_AT: usize = 0x88;
+#[cfg(target_pointer_width = "64")]
+const FILE_PLUS_BYTES: usize = 0xe0;
+/// `_IO_lock_t`: a recursive lock of three words.
+const LOCK_BYTES: usize = 16;
+
+extern "C" {
+    /// glibc's list of every open stream, newest first, and its lock.
+    static mut _IO_list_all: *mut FILE;
+    fn _IO_list_lock();
+    fn _IO_list_unlock();
+}
+
+/// Bring in every open stream's FILE and lock, and keep them mapped until
+/// the guards drop: for a fork whose child will not have its regions
+/// registered when glibc resets the streams' locks. The guards are the
+/// parent's (a child forgets them).
+#[cfg(target_pointer_width = "64")]
+pub fn pin_for_fork(st: &'static crate::State) -> Vec<uzswap::region::PinGuard<'static>> {
+    let mut streams = Vec::new();
+    // SAFETY: the list is walked under its lock, as glibc walks it; each
+    // entry is a live stream (a stream leaves the list, under the lock,
+    // before it is freed). Reading a FILE may fault its page in, which
+    // takes no stdio lock.
+    unsafe {
+        _IO_list_lock();
+        let mut fp = _IO_list_all as usize;
+        while fp != 0 && streams.len() < MAX_STREAMS {
+            let lock = *((fp + LOCK_AT) as *const usize);
+            streams.push((fp, lock));
+            fp = *((fp + CHAIN_AT) as *const usize);
+        }
+        _IO_list_unlock();
+    }
+    let mut pins = Vec::new();
+    for (fp, lock) in streams {
+        if st.uz.contains(fp) {
+            pins.push(st.uz.pin(fp, FILE_PLUS_BYTES, false));
+        }
+        if lock != 0 && st.uz.contains(lock) {
+            pins.push(st.uz.pin(lock, LOCK_BYTES, false));
+        }
+    }
+    pins
+}
+
+#[cfg(not(target_pointer_width = "64"))]
+pub fn pin_for_fork(_: &'static crate::State) -> Vec<uzswap::region::PinGuard<'static>> {
+    Vec::new()
+}
+
+/// Streams pinned at a fork, at most: a list that long is walked no
+/// further (a program with more open streams than this keeps the rest's
+/// old hazard).
+const MAX_STREAMS: usize = 4096;
