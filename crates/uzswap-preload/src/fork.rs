@@ -126,10 +126,20 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     let usage = st.uz.usage();
     // Our address-space map stays consistent in the child.
     let mut vmas = st.vmas.lock();
+    // A sharing child's evicted memory is in the parent's instance only
+    // until its take-over: the signals a handler could read it in are held
+    // from before the fork (a signal arriving in the child between the
+    // fork and the take-over would run its handler on pages that read as
+    // zeros), in the parent only across the call.
+    let held = sharing.then(hold_signals);
     // SAFETY: glibc's fork.
     let pid = unsafe { real::__fork() };
     drop(mid);
     if pid != 0 {
+        if let Some(old) = held {
+            // SAFETY: restoring the mask `hold_signals` saved.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        }
         if pid > 0 && after_evictions {
             match sharing {
                 true => FORKS_SHARED.fetch_add(1, Relaxed),
@@ -165,9 +175,10 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     if sharing {
         // The evicted memory is in the parent's instance only: taken over
         // now, before the program reads any of it, with the signals a
-        // handler could read it in held (a page a handler faulted in
-        // before its region was registered would read zeros, and stay).
-        let held = hold_signals();
+        // handler could read it in held since before the fork (a page a
+        // handler faulted in before its region was registered would read
+        // zeros, and stay).
+        let held = held.expect("signals held for a sharing fork");
         take_over_sharing(st, vmas, usage);
         // SAFETY: restoring the mask `hold_signals` saved.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &held, std::ptr::null_mut()) };
