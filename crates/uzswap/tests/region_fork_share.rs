@@ -54,21 +54,44 @@ fn a_child_takes_evicted_chunks_over_or_writes_them_into_place() {
         };
         let r = uz.region(LEN).unwrap();
         // The take-over, with and without pages touched before it; the
-        // fallback.
-        for (round, (take_over, touch)) in [(true, false), (true, true), (false, false)]
-            .into_iter()
-            .enumerate()
+        // fallback; the take-over after a writeback.
+        for (round, (take_over, touch, write_back)) in [
+            (true, false, false),
+            (true, true, false),
+            (false, false, false),
+            (true, false, true),
+        ]
+        .into_iter()
+        .enumerate()
         {
-            fork_once(&uz, &r, &cfg, take_over, touch, 10 + round as u64);
+            fork_once(
+                &uz,
+                &r,
+                &cfg,
+                (take_over, touch, write_back),
+                10 + round as u64,
+            );
         }
     }
 }
 
 /// Fill `r` with `seed`'s bytes, fork sharing, and have the child check
-/// them (`child`) while the parent writes its own anew.
-fn fork_once(uz: &Uzswap, r: &Region, cfg: &Config, take_over: bool, touch: bool, seed: u64) {
+/// them (`child`) while the parent writes its own anew. With `write_back`,
+/// the cache writes its pages to the device first: the fork moves the
+/// stored chunks' objects back into the pool for the child to share
+/// (`promoted_pages`) and brings the rest in.
+fn fork_once(
+    uz: &Uzswap,
+    r: &Region,
+    cfg: &Config,
+    (take_over, touch, write_back): (bool, bool, bool),
+    seed: u64,
+) {
     let n = LEN / PAGE_SIZE;
-    let what = format!("{:?} take_over {take_over} touch {touch}", cfg.handler);
+    let what = format!(
+        "{:?} take_over {take_over} touch {touch} write_back {write_back}",
+        cfg.handler
+    );
     fill(r, 0..n, seed);
     assert!(uz.stats().evicted_chunks > 0, "{what}");
     // Pages read and written at random, a page per chunk: the fork finds
@@ -78,7 +101,23 @@ fn fork_once(uz: &Uzswap, r: &Region, cfg: &Config, take_over: bool, touch: bool
         assert_eq!(differs(r, i..i + 1, seed), None, "{what}: page {i}");
     }
     fill(r, (7..n).step_by(101), seed);
+    let promoted = uz.zswap().stats().promoted_pages;
+    if write_back {
+        for _ in 0..8 {
+            uz.zswap().shrink(u64::MAX);
+        }
+        assert!(
+            uz.zswap().stats().device_pages > 0,
+            "{what}: nothing written back"
+        );
+    }
     let guard = uz.prepare_fork_sharing().unwrap();
+    if write_back {
+        assert!(
+            uz.zswap().stats().promoted_pages > promoted,
+            "{what}: no written-back page moved into the pool"
+        );
+    }
     let rest = quiesce::close(Duration::from_secs(5)).expect("uzswap's threads at rest");
     assert!(
         guard.sharable(),

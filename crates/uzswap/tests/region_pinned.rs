@@ -132,3 +132,55 @@ fn pinned_load_brings_a_written_back_folio_into_the_pool_whole() {
     }
     assert_eq!(z.swap_device().unwrap().stats().used, 0);
 }
+
+/// A fork's move (`promote_for_fork`): every written-back page of a folio,
+/// an incompressible one too, goes back into the pool as its object, onto
+/// the LRU (a reclaim writes it back again); every page still reads back
+/// byte-exact.
+#[test]
+fn a_forks_move_brings_every_written_back_page_into_the_pool() {
+    let z = zswap();
+    let order = 4;
+    let n = 1u64 << order;
+    let mut pages = Vec::new();
+    for f in 0..4 {
+        let mut data = folio(f, order);
+        if f == 1 {
+            // One page of random bytes: stored (and written back) raw.
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for b in data[3 * PAGE_SIZE..4 * PAGE_SIZE].iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+        }
+        z.store_folio(SwapEntry::new(3, f * n), order, &data)
+            .unwrap();
+        pages.push(data);
+    }
+    shrink_all(&z);
+    assert_eq!(z.stats().device_pages, 4 * n);
+    let first = SwapEntry::new(3, n);
+    let mut scratch = vec![0u8; PAGE_SIZE << order];
+    assert!(z.promote_for_fork(first, n as usize, &mut scratch).unwrap());
+    let s = z.stats();
+    assert_eq!((s.promoted_pages, s.device_pages), (n, 3 * n), "{s:?}");
+    assert!(!z.any_written_back(first, n));
+    assert!(z.in_memory(first, order));
+    // On the LRU: a reclaim writes it back again.
+    squeeze(&z);
+    assert!(z.stats().device_pages > 3 * n, "{:?}", z.stats());
+    let mut out = vec![0u8; PAGE_SIZE << order];
+    for f in 0..4 {
+        z.load_folio(
+            SwapEntry::new(3, f * n),
+            order,
+            &mut out,
+            LoadMode::Exclusive,
+        )
+        .unwrap();
+        assert!(out == pages[f as usize], "folio {f}");
+    }
+    assert_eq!(z.swap_device().unwrap().stats().used, 0);
+}

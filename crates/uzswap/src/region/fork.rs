@@ -243,6 +243,7 @@ impl ForkGuard<'_> {
     /// (a child could not take them over: [`ForkGuard::sharable`]).
     pub fn bring_in_written_back(&self) -> Result<(), RegionError> {
         let sh = self.sh;
+        promote_written_back(sh);
         pin::bring_in(sh, |r, ci| written_back(sh, r, ci))
     }
 
@@ -292,6 +293,51 @@ impl ForkGuard<'_> {
 
 /// Whether chunk `ci` of `r` has a page not mapped and a page written back
 /// (which a child could not take: the parent reuses the slot).
+/// Before a sharing fork: move the written-back pages of every STORED
+/// chunk back into the pool (`Zswap::promote_for_fork`), their objects as
+/// the device holds them, so that the child takes them over with the rest
+/// and the parent brings none of them in. Bringing them in took a Redis
+/// parent under a 137 MiB budget 26 MiB past it at each `BGSAVE`, until
+/// its evictor had stored them again and its shrinker written as much
+/// back, into pool pages shared with the child (docs/BENCHMARKS.md, "A
+/// forked child's share of the budget"); their objects cost a fraction of
+/// that. A chunk whose move fails, and a PARTIAL one (its mapped groups
+/// may hold copies on the device), is left to the bring-in. Each chunk is
+/// owned (BUSY) while its entries change, so a fault on it waits.
+fn promote_written_back(sh: &Shared) {
+    let mut scratch = Vec::new();
+    for r in sh.snapshot_regions() {
+        if !r.registered.load(Acquire) || !r.evicted_once.load(Acquire) {
+            continue;
+        }
+        let live = r.live.read();
+        if !*live {
+            continue;
+        }
+        for ci in 0..r.state.len() {
+            let w = r.state[ci].load(Acquire);
+            let first = sh.entry(&r, ci);
+            if chunk::state(w) != STORED || !sh.zswap.any_written_back(first, 1 << sh.order) {
+                continue;
+            }
+            if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_err() {
+                continue;
+            }
+            if scratch.is_empty() {
+                scratch = vec![0u8; sh.chunk];
+            }
+            // A failed read leaves the entries as they were: the bring-in
+            // reads them again and reports what fails.
+            let _ = sh
+                .zswap
+                .promote_for_fork(first, 1 << sh.order, &mut scratch);
+            if chunk::release(&r.state[ci], STORED, 0, 0) {
+                sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
+            }
+        }
+    }
+}
+
 fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     fault::unmapped(sh, r.state[ci].load(Acquire))
         && sh.zswap.any_written_back(sh.entry(r, ci), 1 << sh.order)

@@ -177,7 +177,7 @@ impl Zswap {
                     for (i, e) in entries.iter().enumerate() {
                         let key = first.offset(i as u64);
                         if promote {
-                            if let Some(new) = self.promote(key, e, &dev, i) {
+                            if let Some(new) = self.promote(key, e, &dev, i, false) {
                                 shard.set_promoted(key, new.payload);
                                 promoted.push((*e, new));
                             }
@@ -300,38 +300,87 @@ impl Zswap {
         }
     }
 
+    /// Move the written-back pages of `first .. first + n` (one aligned
+    /// 2 MiB group at most) back into the pool, each object as the device
+    /// holds it (no recompression), onto the LRU as the most recent: for a
+    /// fork whose child takes the entries over (`region::fork`), since the
+    /// parent frees and reuses its device slots after the fork while pool
+    /// objects stay shared with the child copy-on-write. Regardless of the
+    /// pool's share (its shrinker writes back again after the fork): what
+    /// this costs is the objects' compressed bytes, where bringing the
+    /// pages in cost them whole. Pages that compressed poorly move as the
+    /// device holds them, raw. Returns whether no page of the range is on
+    /// the device now (false where the pool could not take an object; the
+    /// caller then brings the chunk in). The pages are decompressed into
+    /// `scratch` on the way, as a load would, so every object moved has
+    /// passed its checksum.
+    pub fn promote_for_fork(
+        &self,
+        first: SwapEntry,
+        n: usize,
+        scratch: &mut [u8],
+    ) -> Result<bool, LoadError> {
+        let CopyRead {
+            mut shard,
+            entries,
+            dev,
+            pins,
+        } = self.keep_copy_read(first, n, scratch)?;
+        let mut promoted = Vec::new();
+        let mut left = false;
+        for (i, e) in entries.iter().enumerate() {
+            if e.slot().is_none() {
+                continue;
+            }
+            let key = first.offset(i as u64);
+            match self.promote(key, e, &dev, i, true) {
+                Some(new) => {
+                    shard.set_promoted(key, new.payload);
+                    shard.unpin(key);
+                    promoted.push((*e, new));
+                }
+                None => left = true,
+            }
+        }
+        drop(shard);
+        self.unpin(&pins);
+        for (old, new) in &promoted {
+            self.account_remove(old);
+            self.release(old);
+            self.account_add(new);
+        }
+        Counters::add(&self.counters.promoted_pages, promoted.len() as u64);
+        Ok(!left)
+    }
+
     /// A pinned load of a written-back page brings its object back into the
     /// pool (no recompression: the device holds the object as stored), so
     /// the page a caller keeps faulting is served from memory next time and
     /// the shrinker writes a colder entry back instead. Only compressed
     /// objects (the caller checks the folio fits under the pool's share): a
-    /// page that compressed poorly stays on the device. Returns the entry's
-    /// new form.
+    /// page that compressed poorly stays on the device, unless `raw` (a
+    /// fork's move, which must take every page). Returns the entry's new
+    /// form, pinned (off the LRU).
     fn promote(
         &self,
         key: SwapEntry,
         e: &ZswapEntry,
         dev: &DevicePages,
         i: usize,
+        raw: bool,
     ) -> Option<ZswapEntry> {
-        let Payload::Device {
-            len,
-            comp: Some(comp),
-            ..
-        } = e.payload
-        else {
+        let Payload::Device { len, comp, .. } = e.payload else {
             return None;
         };
+        if comp.is_none() && !raw {
+            return None;
+        }
         let o = dev.index[i]?;
         let obj = &dev.buf[o..o + len as usize];
         debug_assert_eq!(checksum(key, obj), e.csum);
         let handle = self.pool.store(obj).ok()?;
         Some(ZswapEntry {
-            payload: Payload::Pool {
-                handle,
-                len,
-                comp: Some(comp),
-            },
+            payload: Payload::Pool { handle, len, comp },
             pinned: true,
             lru_seq: 0,
             ..*e
