@@ -291,19 +291,18 @@ impl ForkGuard<'_> {
     }
 }
 
-/// Whether chunk `ci` of `r` has a page not mapped and a page written back
-/// (which a child could not take: the parent reuses the slot).
-/// Before a sharing fork: move the written-back pages of every STORED
-/// chunk back into the pool (`Zswap::promote_for_fork`), their objects as
+/// Before a sharing fork: move the written-back pages a child would take
+/// over (every page of a STORED chunk, the unmapped groups' of a PARTIAL
+/// one) back into the pool (`Zswap::promote_for_fork`), their objects as
 /// the device holds them, so that the child takes them over with the rest
 /// and the parent brings none of them in. Bringing them in took a Redis
-/// parent under a 137 MiB budget 26 MiB past it at each `BGSAVE`, until
-/// its evictor had stored them again and its shrinker written as much
-/// back, into pool pages shared with the child (docs/BENCHMARKS.md, "A
-/// forked child's share of the budget"); their objects cost a fraction of
-/// that. A chunk whose move fails, and a PARTIAL one (its mapped groups
-/// may hold copies on the device), is left to the bring-in. Each chunk is
-/// owned (BUSY) while its entries change, so a fault on it waits.
+/// parent under a 137 MiB budget 26 MiB past it at a `BGSAVE`, until its
+/// evictor had stored them again and its shrinker written as much back,
+/// into pool pages shared with the child (docs/BENCHMARKS.md, "A forked
+/// child's share of the budget"); their objects cost a fraction of that.
+/// A chunk whose move fails is left to the bring-in. Each chunk is owned
+/// (BUSY, its other bits kept) while its entries change, so a fault on it
+/// waits.
 fn promote_written_back(sh: &Shared) {
     let mut scratch = Vec::new();
     for r in sh.snapshot_regions() {
@@ -315,32 +314,60 @@ fn promote_written_back(sh: &Shared) {
             continue;
         }
         for ci in 0..r.state.len() {
-            let w = r.state[ci].load(Acquire);
-            let first = sh.entry(&r, ci);
-            if chunk::state(w) != STORED || !sh.zswap.any_written_back(first, 1 << sh.order) {
+            if !written_back(sh, &r, ci) {
                 continue;
             }
-            if chunk::transition(&r.state[ci], STORED, BUSY, 0, 0).is_err() {
+            let from = chunk::state(r.state[ci].load(Acquire));
+            let Ok(w) = chunk::own_if(&r.state[ci], from, |w| fault::unmapped(sh, w)) else {
                 continue;
-            }
+            };
             if scratch.is_empty() {
                 scratch = vec![0u8; sh.chunk];
             }
-            // A failed read leaves the entries as they were: the bring-in
-            // reads them again and reports what fails.
-            let _ = sh
-                .zswap
-                .promote_for_fork(first, 1 << sh.order, &mut scratch);
-            if chunk::release(&r.state[ci], STORED, 0, 0) {
+            let first = sh.entry(&r, ci);
+            for p in taken_pages(sh, w) {
+                let at = first.offset(p.start as u64);
+                if sh.zswap.any_written_back(at, p.len() as u64) {
+                    // A failed read leaves the entries as they were: the
+                    // bring-in reads them again and reports what fails.
+                    let buf = &mut scratch[..p.len() * PAGE_SIZE];
+                    let _ = sh.zswap.promote_for_fork(at, p.len(), buf);
+                }
+            }
+            if chunk::release(&r.state[ci], from, 0, 0) {
                 sh.wake(r.chunk_addr(ci, sh.chunk), sh.chunk);
             }
         }
     }
 }
 
+/// The pages of a chunk with word `w` whose entries a child takes over
+/// (`adopt_inheriting`): every page of a STORED chunk, the unmapped
+/// groups' of a PARTIAL one (a mapped group's copy is its parent's alone:
+/// the child's page, writable since the fork, is not that copy).
+fn taken_pages(sh: &Shared, w: u32) -> Vec<std::ops::Range<usize>> {
+    let pages = 1usize << sh.order;
+    match chunk::state(w) {
+        STORED => vec![0..pages],
+        _ => match chunk::part_mask(w) {
+            Some(m) => chunk::mask_ranges(!m, pages),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// Whether chunk `ci` of `r` has a page the child would take over on the
+/// device (which it could not take: the parent frees and reuses the slot).
 fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
-    fault::unmapped(sh, r.state[ci].load(Acquire))
-        && sh.zswap.any_written_back(sh.entry(r, ci), 1 << sh.order)
+    let w = r.state[ci].load(Acquire);
+    if !fault::unmapped(sh, w) {
+        return false;
+    }
+    let first = sh.entry(r, ci);
+    taken_pages(sh, w).iter().any(|p| {
+        sh.zswap
+            .any_written_back(first.offset(p.start as u64), p.len() as u64)
+    })
 }
 
 /// In a child, pages of evicted (unmapped) groups that are present once the
