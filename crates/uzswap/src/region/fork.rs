@@ -348,7 +348,7 @@ fn promote_written_back(sh: &Shared) {
 fn taken_pages(sh: &Shared, w: u32) -> Vec<std::ops::Range<usize>> {
     let pages = 1usize << sh.order;
     match chunk::state(w) {
-        STORED => vec![0..pages],
+        STORED => std::iter::once(0..pages).collect(),
         _ => match chunk::part_mask(w) {
             Some(m) => chunk::mask_ranges(!m, pages),
             None => Vec::new(),
