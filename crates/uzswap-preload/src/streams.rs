@@ -549,6 +549,7 @@ const LOCK_AT: usize = 0x88;
 #[cfg(target_pointer_width = "64")]
 const FILE_PLUS_BYTES: usize = 0xe0;
 /// `_IO_lock_t`: a recursive lock of three words.
+#[cfg(target_pointer_width = "64")]
 const LOCK_BYTES: usize = 16;
 
 extern "C" {
@@ -599,4 +600,5 @@ pub fn pin_for_fork(_: &'static crate::State) -> Vec<uzswap::region::PinGuard<'s
 /// Streams pinned at a fork, at most: a list that long is walked no
 /// further (a program with more open streams than this keeps the rest's
 /// old hazard).
+#[cfg(target_pointer_width = "64")]
 const MAX_STREAMS: usize = 4096;

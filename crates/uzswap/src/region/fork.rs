@@ -360,14 +360,17 @@ fn taken_pages(sh: &Shared, w: u32) -> Vec<std::ops::Range<usize>> {
 /// device (which it could not take: the parent frees and reuses the slot).
 fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
     let w = r.state[ci].load(Acquire);
-    if !fault::unmapped(sh, w) {
+    let first = sh.entry(r, ci);
+    // The whole chunk first: a fork asks this of every evicted chunk three
+    // times over, and nearly all have nothing on the device.
+    if !fault::unmapped(sh, w) || !sh.zswap.any_written_back(first, 1 << sh.order) {
         return false;
     }
-    let first = sh.entry(r, ci);
-    taken_pages(sh, w).iter().any(|p| {
-        sh.zswap
-            .any_written_back(first.offset(p.start as u64), p.len() as u64)
-    })
+    chunk::state(w) == STORED
+        || taken_pages(sh, w).iter().any(|p| {
+            sh.zswap
+                .any_written_back(first.offset(p.start as u64), p.len() as u64)
+        })
 }
 
 /// In a child, pages of evicted (unmapped) groups that are present once the
