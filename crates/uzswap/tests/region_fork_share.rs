@@ -78,8 +78,8 @@ fn a_child_takes_evicted_chunks_over_or_writes_them_into_place() {
 /// Fill `r` with `seed`'s bytes, fork sharing, and have the child check
 /// them (`child`) while the parent writes its own anew. With `write_back`,
 /// the cache writes its pages to the device first: the fork moves the
-/// stored chunks' objects back into the pool for the child to share
-/// (`promoted_pages`) and brings the rest in.
+/// objects of the pages the child takes over back into the pool for the
+/// child to share (`promoted_pages`) and brings in any it could not move.
 fn fork_once(
     uz: &Uzswap,
     r: &Region,
