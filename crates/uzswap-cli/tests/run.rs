@@ -804,6 +804,56 @@ fn a_forked_child_writes_through_a_stream_whose_file_was_evicted() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Forks that do not come through the interposed `fork` symbol, and a
+/// program's own fork handlers (`fork_paths.c`), after 48 of 64 MiB were
+/// evicted: `daemon` and `forkpty` call glibc's own fork, and their
+/// children read every evicted page as zeros (6.6 M of 8.4 M words
+/// differed); a `pthread_atfork` child handler ran before the take-over,
+/// read zeros and its write of a zero was lost. Each child must read every
+/// byte, the handler too, and keep what the handler wrote. On every open
+/// path, as an unprivileged user too.
+#[test]
+fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
+    let Some((dir, bin)) = c_program("fork_paths", &["-O1", "-pthread"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
+        for mode in ["atfork", "daemon", "forkpty"] {
+            let mut args = vec!["--budget", "16M", "--json"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", bin.as_str(), mode]);
+            let what = format!("fork_paths {mode} {extra:?} {pre:?}");
+            let o = run(pre, &args);
+            let out = ok(&o, &what);
+            // The daemon's line comes after the summary: its parent, the
+            // program's process, exits inside `daemon`.
+            let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
+            assert_eq!(lines, [format!("ok fork_paths {mode}")], "{what}: {out}");
+            if mode == "daemon" {
+                continue;
+            }
+            let s: serde_json::Value =
+                serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+            let procs = s["processes"].as_array().unwrap();
+            // The child took the evicted memory over (no bring-in).
+            let parent = procs
+                .iter()
+                .find(|p| p["forks_shared"] == 1)
+                .unwrap_or_else(|| panic!("{what}: no fork shared: {s}"));
+            assert!(
+                parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
+                "{what}: the parent evicted little: {parent}"
+            );
+            for p in procs {
+                assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+                assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A fork after evictions brings nothing in: the child takes the evicted
 /// memory over from its copy of the parent's cache (`fork_share.c`), on
 /// every open path, as an unprivileged user too. The

@@ -4,6 +4,12 @@
 //! enable) a child's copy of a region is not registered, and a page evicted
 //! at the fork would read as zeros there: silent corruption.
 //!
+//! The work is done in fork handlers registered with glibc before any of
+//! the program's ([`register_handlers`]), so that every fork glibc makes
+//! comes through it — `daemon`'s and `forkpty`'s too, which call glibc's
+//! own fork — after the program's prepare handlers and before its child
+//! handlers.
+//!
 //! After evictions, the child takes the evicted memory over from its
 //! copy-on-write copy of the parent's instance (`uzswap::region::fork`):
 //! the parent holds eviction and writeback, brings in only the chunks with
@@ -66,6 +72,7 @@
 //! without uzswap.
 
 use crate::{real, Internal, State, DETACHED, STATE};
+use std::cell::Cell;
 use std::sync::atomic::Ordering::*;
 use std::sync::atomic::{AtomicPtr, AtomicUsize};
 use std::time::Duration;
@@ -86,13 +93,194 @@ static ONE_FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// # Safety
 /// As fork(2).
+///
+/// glibc's fork, which runs the handlers below. Where uzswap could not
+/// ready the instance for it (a written-back page that would not read
+/// back), the child exits at once and the caller gets `ENOMEM`, as before
+/// any child existed: the child would read evicted memory as zeros.
 #[no_mangle]
 pub unsafe extern "C" fn fork() -> libc::pid_t {
+    let _ = IN_FORK_CALL.try_with(|c| c.set(true));
+    // SAFETY: glibc's fork.
+    let pid = unsafe { real::__fork() };
+    let _ = IN_FORK_CALL.try_with(|c| c.set(false));
+    if pid > 0 {
+        if let Some(e) = REFUSED.with(|r| r.take()) {
+            // SAFETY: reaps the child just made, which exits at once.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL) };
+            crate::say(&format!("fork refused: {e}"));
+            crate::set_errno(libc::ENOMEM);
+            return -1;
+        }
+    }
+    pid
+}
+
+std::thread_local! {
+    /// The fork in progress on this thread, from [`on_prepare`] to
+    /// [`on_parent`] or [`on_child`] (the child's only thread is a copy of
+    /// this one, with this cell).
+    static PENDING: Cell<*mut Pending> = const { Cell::new(std::ptr::null_mut()) };
+    /// This thread is inside the interposed [`fork`], which refuses a fork
+    /// whose preparation failed (a caller of glibc's internal fork —
+    /// `daemon`, `forkpty` — gets a child that says why and exits).
+    static IN_FORK_CALL: Cell<bool> = const { Cell::new(false) };
+    /// Why the last preparation failed, for [`fork`].
+    static REFUSED: Cell<Option<String>> = const { Cell::new(None) };
+}
+
+/// A fork between its prepare handler and its parent or child handler.
+enum Pending {
+    /// The instance could not be readied: a child would read evicted
+    /// memory as zeros.
+    Failed(String),
+    Held(Box<Held>),
+}
+
+/// What uzswap holds across the fork(2) itself.
+struct Held {
+    st: &'static State,
+    /// Eviction held, uzswap's threads at rest where the child takes over.
+    prepared: Prepared<'static>,
+    /// What the parent holds of its budget: a sharing child has the rest.
+    usage: u64,
+    /// Our address-space map stays consistent in the child.
+    vmas: parking_lot::MutexGuard<'static, crate::vma::Vmas>,
+    /// The signal mask before a sharing fork held every signal.
+    held: Option<libc::sigset_t>,
+    /// The pinned stdio streams (`streams::pin_for_fork`).
+    streams: Vec<uzswap::region::PinGuard<'static>>,
+    /// The mid-size heap's lock.
+    mid: crate::alloc::mid::ForkLock,
+    g: Internal,
+    one: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Registers [`on_prepare`], [`on_parent`] and [`on_child`] with glibc,
+/// once, before any handler of the program's: glibc runs prepare handlers
+/// in the reverse order of their registration and the others in order, so
+/// uzswap readies the instance after every prepare handler of the
+/// program's (one that locks its allocator may fault on evicted memory,
+/// which uzswap's threads at rest would never resolve) and a child takes
+/// its memory over before any child handler of the program's reads it
+/// (jemalloc's reinitialises its locks: a write of zeros there went to a
+/// page that read as zeros, and was lost). Every fork glibc makes runs
+/// them: `fork` and `__fork`, and those of `daemon` and `forkpty`, which
+/// call glibc's own and never came through the interposed `fork` (their
+/// children read every evicted page as zeros).
+pub(crate) fn register_handlers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: plain functions that live as long as the process; no
+        // object to unregister them with (this library is never closed).
+        let r = unsafe {
+            real_register_atfork(
+                Some(on_prepare),
+                Some(on_parent),
+                Some(on_child),
+                std::ptr::null_mut(),
+            )
+        };
+        if r != 0 {
+            crate::die("cannot register fork handlers");
+        }
+    });
+}
+
+type Handler = Option<unsafe extern "C" fn()>;
+type RegisterAtfork = unsafe extern "C" fn(Handler, Handler, Handler, *mut libc::c_void) -> i32;
+
+/// glibc's `__register_atfork` (the symbol is ours), looked up on first use
+/// (a library's constructor may register before this one's).
+unsafe fn real_register_atfork(
+    prepare: Handler,
+    parent: Handler,
+    child: Handler,
+    dso: *mut libc::c_void,
+) -> i32 {
+    static REAL: AtomicUsize = AtomicUsize::new(0);
+    let mut f = REAL.load(Acquire);
+    if f == 0 {
+        let _g = Internal::enter();
+        // SAFETY: a NUL-terminated name; RTLD_NEXT finds libc's.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"__register_atfork".as_ptr()) } as usize;
+        if f == 0 {
+            crate::die("cannot find __register_atfork");
+        }
+        REAL.store(f, Release);
+    }
+    // SAFETY: glibc's `__register_atfork`, of this type.
+    unsafe {
+        let f: RegisterAtfork = std::mem::transmute(f);
+        f(prepare, parent, child, dso)
+    }
+}
+
+/// `pthread_atfork` (libc_nonshared's, in the program) and every library's
+/// handlers come here: uzswap's are registered first.
+///
+/// # Safety
+/// As glibc's.
+#[no_mangle]
+pub unsafe extern "C" fn __register_atfork(
+    prepare: Handler,
+    parent: Handler,
+    child: Handler,
+    dso: *mut libc::c_void,
+) -> i32 {
+    register_handlers();
+    // SAFETY: the caller's arguments.
+    unsafe { real_register_atfork(prepare, parent, child, dso) }
+}
+
+extern "C" fn on_prepare() {
     let Some(st) = crate::active() else {
-        // SAFETY: glibc's fork.
-        return unsafe { real::__fork() };
+        return;
     };
-    let _one = ONE_FORK.lock().unwrap_or_else(|e| e.into_inner());
+    let p = match begin(st) {
+        Ok(h) => Pending::Held(Box::new(h)),
+        Err(e) => Pending::Failed(e.to_string()),
+    };
+    let p = Box::into_raw(Box::new(p));
+    PENDING.with(|c| c.set(p));
+}
+
+fn take_pending() -> Option<Pending> {
+    let p = PENDING.with(|c| c.replace(std::ptr::null_mut()));
+    // SAFETY: stored from a leaked Box by `on_prepare` on this thread.
+    (!p.is_null()).then(|| *unsafe { Box::from_raw(p) })
+}
+
+extern "C" fn on_parent() {
+    match take_pending() {
+        None => {}
+        Some(Pending::Failed(e)) => {
+            if IN_FORK_CALL.with(Cell::get) {
+                REFUSED.with(|r| r.set(Some(e)));
+            } else {
+                crate::say(&format!(
+                    "fork: the child could not be given its evicted memory ({e}); it exits"
+                ));
+            }
+        }
+        Some(Pending::Held(h)) => in_parent(*h),
+    }
+}
+
+extern "C" fn on_child() {
+    match take_pending() {
+        None => {}
+        // SAFETY: ending this process: it would read evicted memory as
+        // zeros. Its parent says why.
+        Some(Pending::Failed(_)) => unsafe { libc::_exit(127) },
+        Some(Pending::Held(h)) => in_child(*h),
+    }
+}
+
+/// Ready the instance for a fork (after every prepare handler of the
+/// program's). On failure nothing is held.
+fn begin(st: &'static State) -> Result<Held, uzswap::region::RegionError> {
+    let one = ONE_FORK.lock().unwrap_or_else(|e| e.into_inner());
     let g = Internal::enter();
     // The mid-size heap stays consistent in the child. Taken before
     // uzswap's threads are brought to rest: a program thread holding it
@@ -105,54 +293,85 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     } else {
         Vec::new()
     };
-    let prepared = match prepare(st) {
-        Ok(p) => p,
-        Err(e) => {
-            drop(streams);
-            drop(mid);
-            drop(g);
-            crate::say(&format!("fork refused: {e}"));
-            crate::set_errno(libc::ENOMEM);
-            return -1;
-        }
-    };
+    let prepared = prepare(st)?;
+    let usage = st.uz.usage();
+    let vmas = st.vmas.lock();
+    // A sharing child's evicted memory is in the parent's instance only
+    // until its take-over: the signals a handler could read it in are held
+    // from here (a signal arriving in the child between the fork and the
+    // take-over would run its handler on pages that read as zeros), in the
+    // parent only across the fork.
+    let held = prepared.sharing.then(hold_signals);
+    Ok(Held {
+        st,
+        prepared,
+        usage,
+        vmas,
+        held,
+        streams,
+        mid,
+        g,
+        one,
+    })
+}
+
+/// The parent's side, after the fork(2) (made or failed).
+fn in_parent(h: Held) {
+    let Held {
+        prepared,
+        vmas,
+        held,
+        streams,
+        mid,
+        g,
+        one,
+        ..
+    } = h;
+    drop(mid);
+    if let Some(old) = held {
+        // SAFETY: restoring the mask `hold_signals` saved.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    }
     let Prepared {
         guard,
         rest,
         sharing,
         after_evictions,
     } = prepared;
-    // What the parent holds of its budget: a sharing child has the rest.
-    let usage = st.uz.usage();
-    // Our address-space map stays consistent in the child.
-    let mut vmas = st.vmas.lock();
-    // A sharing child's evicted memory is in the parent's instance only
-    // until its take-over: the signals a handler could read it in are held
-    // from before the fork (a signal arriving in the child between the
-    // fork and the take-over would run its handler on pages that read as
-    // zeros), in the parent only across the call.
-    let held = sharing.then(hold_signals);
-    // SAFETY: glibc's fork.
-    let pid = unsafe { real::__fork() };
-    drop(mid);
-    if pid != 0 {
-        if let Some(old) = held {
-            // SAFETY: restoring the mask `hold_signals` saved.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        }
-        if pid > 0 && after_evictions {
-            match sharing {
-                true => FORKS_SHARED.fetch_add(1, Relaxed),
-                false => FORKS_BROUGHT_IN.fetch_add(1, Relaxed),
-            };
-        }
-        drop(vmas);
-        drop(rest);
-        drop(guard);
-        drop(streams);
-        drop(g);
-        return pid;
+    if after_evictions {
+        match sharing {
+            true => FORKS_SHARED.fetch_add(1, Relaxed),
+            false => FORKS_BROUGHT_IN.fetch_add(1, Relaxed),
+        };
     }
+    drop(vmas);
+    drop(rest);
+    drop(guard);
+    drop(streams);
+    drop(g);
+    drop(one);
+}
+
+/// The child's side, before any child handler of the program's runs.
+fn in_child(h: Held) {
+    let Held {
+        st,
+        prepared,
+        usage,
+        mut vmas,
+        held,
+        streams,
+        mid,
+        g,
+        one,
+    } = h;
+    drop(mid);
+    let Prepared {
+        guard,
+        rest,
+        sharing,
+        ..
+    } = prepared;
     // The slots and the instance's threads are the parent's, and so are
     // the counts (of forks, and of threads inside uzswap), and the pins.
     std::mem::forget(guard);
@@ -164,14 +383,16 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     let Some(rest) = rest else {
         drop(vmas);
         drop(g);
-        return 0;
+        drop(one);
+        return;
     };
     // Open: the child's own threads pass it.
     drop(rest);
     // SAFETY: just forked, nothing of uzswap's has run here since, and the
     // parent's instance is never used again (DETACHED, then STATE replaced).
     unsafe { st.uz.abandon_in_child() };
-    let vmas = std::mem::take(&mut *vmas);
+    let taken = std::mem::take(&mut *vmas);
+    drop(vmas);
     if sharing {
         // The evicted memory is in the parent's instance only: taken over
         // now, before the program reads any of it, with the signals a
@@ -179,16 +400,20 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
         // handler faulted in before its region was registered would read
         // zeros, and stay).
         let held = held.expect("signals held for a sharing fork");
-        take_over_sharing(st, vmas, usage);
+        take_over_sharing(st, taken, usage);
         // SAFETY: restoring the mask `hold_signals` saved.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &held, std::ptr::null_mut()) };
         drop(g);
+        drop(one);
         if crate::active().is_some() {
             crate::register_thread();
         }
-        return 0;
+        return;
     }
-    let d = Box::new(Deferred { parent: st, vmas });
+    let d = Box::new(Deferred {
+        parent: st,
+        vmas: taken,
+    });
     DEFERRED.store(Box::into_raw(d), Release);
     // A child exiting takes nothing over: its allocator's last purge
     // (mimalloc's, from the loader's destructors) would start an instance
@@ -196,11 +421,12 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     // SAFETY: registering a plain function.
     unsafe { libc::atexit(no_take_over) };
     drop(g);
-    0
+    drop(one);
 }
 
-/// Forks of this process (that succeeded) whose child took the evicted
-/// memory over, and forks after evictions that brought it in instead
+/// Forks of this process whose child took the evicted memory over, and
+/// forks after evictions that brought it in instead (a fork(2) that failed
+/// after its preparation counts too)
 /// (`forks_shared`, `forks_brought_in` in the figures).
 static FORKS_SHARED: AtomicUsize = AtomicUsize::new(0);
 static FORKS_BROUGHT_IN: AtomicUsize = AtomicUsize::new(0);

@@ -325,6 +325,9 @@ static INIT: extern "C" fn() = init;
 extern "C" fn init() {
     let _g = Internal::enter();
     real::resolve();
+    // Before any fork, even one made where the library stays out of the
+    // way: the program's handlers are registered after these.
+    fork::register_handlers();
     let mut cfg = match config::Config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return,

@@ -378,9 +378,9 @@ fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
 /// take-over and touched them while nothing was registered there, so the
 /// kernel filled them with zeros — glibc's `fork` resets the locks of every
 /// `FILE` (allocated in region memory under the preload library) before it
-/// returns, and the program's `pthread_atfork` child handlers (jemalloc's
-/// reinitialise its mutexes) run before the interposed `fork` gets control
-/// back. Such a page hides the page's data, which is in the cache: a Redis
+/// runs the child's fork handlers, where the preload library takes over
+/// (it pins those first, but a caller may not). Such a page hides the
+/// page's data, which is in the cache: a Redis
 /// `BGSAVE` child read 15 values as empty strings from two such pages
 /// (before, the first eviction of their chunks zapped them whole, unless
 /// the program read them first). Each is put back under the cache: what
