@@ -854,6 +854,46 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A program's fork flags on memory evicted at the fork (`fork_flags.c`):
+/// a range flagged `MADV_WIPEONFORK` reads zeros in the child (its evicted
+/// pages read the parent's bytes, taken over), one flagged `MADV_DONTFORK`
+/// is inaccessible there and its addresses stay taken (the child's thread
+/// stacks were mapped there, inside region memory, and took the parent's
+/// evicted bytes), a flag does not outlive its mapping (a new mapping
+/// at the same addresses was wiped in the child), and a mapping moved by
+/// `mremap` keeps its flag. On every open path, as an unprivileged user
+/// too.
+#[test]
+fn fork_flags_hold_for_evicted_memory() {
+    let Some((dir, bin)) = c_program("fork_flags", &["-O1"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
+        for mode in ["wipe", "dontfork", "reuse", "mremap"] {
+            let mut args = vec!["--budget", "16M", "--json"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", bin.as_str(), mode, "held"]);
+            let what = format!("fork_flags {mode} {extra:?} {pre:?}");
+            let (out, s) = output_and_summary(&run(pre, &args), &what);
+            assert_eq!(out, format!("ok fork_flags {mode}\n"), "{what}: {s}");
+            let procs = s["processes"].as_array().unwrap();
+            let parent = procs
+                .iter()
+                .find(|p| p["forks_shared"] == 1)
+                .unwrap_or_else(|| panic!("{what}: no fork shared: {s}"));
+            assert!(
+                parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
+                "{what}: the parent evicted little: {parent}"
+            );
+            for p in procs {
+                assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A fork after evictions brings nothing in: the child takes the evicted
 /// memory over from its copy of the parent's cache (`fork_share.c`), on
 /// every open path, as an unprivileged user too. The

@@ -71,6 +71,7 @@
 //! share the parent's memory and do not come here: they stay as cheap as
 //! without uzswap.
 
+use crate::vma::{DONT_FORK, WIPE};
 use crate::{real, Internal, State, DETACHED, STATE};
 use std::cell::Cell;
 use std::sync::atomic::Ordering::*;
@@ -148,7 +149,8 @@ struct Held {
     vmas: parking_lot::MutexGuard<'static, crate::vma::Vmas>,
     /// The signal mask before a sharing fork held every signal.
     held: Option<libc::sigset_t>,
-    /// The pinned stdio streams (`streams::pin_for_fork`).
+    /// The pinned stdio streams (`streams::pin_for_fork`), and the
+    /// chunks ranges left out of the child cut (`Vmas::pin_fork_edges`).
     streams: Vec<uzswap::region::PinGuard<'static>>,
     /// The mid-size heap's lock.
     mid: crate::alloc::mid::ForkLock,
@@ -289,7 +291,9 @@ fn begin(st: &'static State) -> Result<Held, uzswap::region::RegionError> {
     let mid = crate::alloc::mid::lock_for_fork();
     // Before eviction is held: bringing a stream in may need room.
     let streams = if st.uz.evicted_any() {
-        crate::streams::pin_for_fork(st)
+        let mut pins = crate::streams::pin_for_fork(st);
+        pins.extend(st.vmas.lock().pin_fork_edges(st));
+        pins
     } else {
         Vec::new()
     };
@@ -366,6 +370,7 @@ fn in_child(h: Held) {
         one,
     } = h;
     drop(mid);
+    vmas.hold_fork_holes();
     let Prepared {
         guard,
         rest,
@@ -712,6 +717,7 @@ const CHILD_BUDGET_FLOOR: u64 = 16;
 /// parent's cache and run detached (plain memory, no budget, a line says
 /// so). The program runs on only once its memory reads as the parent's.
 fn take_over_sharing(parent: &'static State, vmas: crate::vma::Vmas, usage: u64) {
+    let flagged = vmas.fork_flagged();
     match take_over(parent, vmas, Some(usage)) {
         Ok(child) => {
             STATE.store(child, Release);
@@ -722,8 +728,22 @@ fn take_over_sharing(parent: &'static State, vmas: crate::vma::Vmas, usage: u64)
         }
         Err(e) => {
             // SAFETY: the parent's instance was given up at this fork,
-            // after `sharable` held there, and nothing else uses it.
-            let put = unsafe { parent.uz.materialize_in_child() };
+            // after `sharable` held there, and nothing else uses it; the
+            // ranges left out of the child are made writable for the
+            // writes, then inaccessible again, and those to wipe wiped.
+            let put = unsafe {
+                for_fork_flags(&flagged, DONT_FORK, |a, n| {
+                    real::mmap(a, n, RW, MAP_FIXED_PRIVATE_ANON, -1, 0);
+                });
+                let put = parent.uz.materialize_in_child();
+                for_fork_flags(&flagged, DONT_FORK, |a, n| {
+                    crate::vma::hold_hole(a as usize, a as usize + n);
+                });
+                for_fork_flags(&flagged, WIPE, |a, n| {
+                    real::madvise(a, n, libc::MADV_DONTNEED);
+                });
+                put
+            };
             match put {
                 Ok(()) => crate::say(&format!(
                     "fork: the child runs without uzswap (plain memory, no budget): {e}"
@@ -737,6 +757,22 @@ fn take_over_sharing(parent: &'static State, vmas: crate::vma::Vmas, usage: u64)
                     unsafe { libc::_exit(127) };
                 }
             }
+        }
+    }
+}
+
+const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
+const MAP_FIXED_PRIVATE_ANON: i32 = libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+
+/// `f(start, len)` for each range of `flagged` with `bit`.
+fn for_fork_flags(
+    flagged: &[(usize, usize, u8)],
+    bit: u8,
+    mut f: impl FnMut(*mut libc::c_void, usize),
+) {
+    for &(a, b, fl) in flagged {
+        if fl & bit != 0 {
+            f(a as *mut libc::c_void, b - a);
         }
     }
 }

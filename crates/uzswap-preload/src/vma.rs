@@ -19,7 +19,13 @@
 //!   the mapping keeps its protection, grown part included;
 //! - `MADV_DONTNEED` on memory the program protected reads zeros once it
 //!   is accessible again, even where it was evicted before it was
-//!   protected.
+//!   protected;
+//! - fork flags (`MADV_WIPEONFORK`, `MADV_DONTFORK`) hold for evicted
+//!   memory too: the kernel applies them to what is resident, a child that
+//!   takes the evicted memory over applies them to the rest
+//!   (`Vmas::adopt_in_child`); a mapping moved or grown keeps them, and
+//!   one given back loses them (the kernel keeps them on the addresses,
+//!   which the next mapping there reuses).
 //!
 //! Reservations: a managed runtime (the JVM's heap, V8's pages, Go-style
 //! arenas in C) reserves address space with `PROT_NONE`, commits parts of
@@ -139,7 +145,15 @@ pub struct Vmas {
     /// `protected`, whose ranges match pins one to one: this map is what
     /// is restored after uzswap makes protected memory writable for a
     /// moment (a discard, a move).
-    prots: BTreeMap<usize, (usize, i32)>,
+    prots: RangeMap<i32>,
+    /// The fork flags the program gave ranges of ours (`MADV_WIPEONFORK`,
+    /// `MADV_DONTFORK`: [`WIPE`], [`DONT_FORK`]). Passed to the kernel too,
+    /// which wipes or leaves out what is resident; a forked child that
+    /// takes the evicted memory over must do the same to what is evicted
+    /// ([`Vmas::adopt_in_child`]), and a range given back must lose them
+    /// (the kernel keeps them on the addresses, which a later mapping
+    /// reuses).
+    on_fork: RangeMap<u8>,
     /// Regions made at a program's address hint ([`Vmas::alloc_near`]).
     hinted: usize,
     /// Ranges something else was mapped over (`MAP_FIXED`): start → end.
@@ -242,6 +256,94 @@ impl Pins {
         }
     }
 }
+
+/// Disjoint ranges with a value each: start → (end, value), neighbours
+/// with the same value merged (as the kernel merges VMAs).
+struct RangeMap<T>(BTreeMap<usize, (usize, T)>);
+
+impl<T> Default for RangeMap<T> {
+    fn default() -> Self {
+        RangeMap(BTreeMap::new())
+    }
+}
+
+impl<T: Copy + Eq> RangeMap<T> {
+    /// The ranges that meet `s..e`, cut to it.
+    fn within(&self, s: usize, e: usize) -> Vec<(usize, usize, T)> {
+        self.0
+            .range(..e)
+            .filter(|(_, &(y, _))| y > s)
+            .map(|(&x, &(y, v))| (x.max(s), y.min(e), v))
+            .collect()
+    }
+
+    /// The one value of `s..e`: None where none of it has one, Err where
+    /// parts differ.
+    fn one_of(&self, s: usize, e: usize) -> Result<Option<T>, ()> {
+        let mut hits = self.0.range(..e).filter(|(_, &(y, _))| y > s);
+        match (hits.next(), hits.next()) {
+            (None, _) => Ok(None),
+            (Some((&x, &(y, v))), None) if x <= s && e <= y => Ok(Some(v)),
+            _ => Err(()),
+        }
+    }
+
+    /// Give `s..e` the value `v` (None: no value).
+    fn set(&mut self, mut s: usize, mut e: usize, v: Option<T>) {
+        for (x, y, w) in self.within(s, e) {
+            let (x0, y0) = self
+                .0
+                .range(..=x)
+                .next_back()
+                .map(|(&a, &(b, _))| (a, b))
+                .expect("a range found above");
+            self.0.remove(&x0);
+            if x0 < x {
+                self.0.insert(x0, (x, w));
+            }
+            if y < y0 {
+                self.0.insert(y, (y0, w));
+            }
+        }
+        let Some(v) = v else { return };
+        if let Some((&x, &(y, w))) = self.0.range(..s).next_back() {
+            if y == s && w == v {
+                self.0.remove(&x);
+                s = x;
+            }
+        }
+        if let Some(&(y, w)) = self.0.get(&e) {
+            if w == v {
+                self.0.remove(&e);
+                e = y;
+            }
+        }
+        self.0.insert(s, (e, v));
+    }
+
+    /// Change the value of every part of `s..e` (gaps included) by `f`.
+    fn update(&mut self, s: usize, e: usize, f: impl Fn(Option<T>) -> Option<T>) {
+        let mut parts = Vec::new();
+        let mut at = s;
+        for (x, y, v) in self.within(s, e) {
+            if at < x {
+                parts.push((at, x, None));
+            }
+            parts.push((x, y, Some(v)));
+            at = y;
+        }
+        if at < e {
+            parts.push((at, e, None));
+        }
+        for (x, y, v) in parts {
+            self.set(x, y, f(v));
+        }
+    }
+}
+
+/// `on_fork` bits.
+pub(crate) const WIPE: u8 = 1;
+pub(crate) const DONT_FORK: u8 = 2;
 
 fn page_up(n: usize) -> Option<usize> {
     n.checked_next_multiple_of(PAGE_SIZE)
@@ -410,6 +512,22 @@ impl Vmas {
             uz.pin_range(s, e - s);
         }
         self.locked = Pins::default();
+        // The program's fork flags, as the kernel applied them to what was
+        // resident: a range to wipe reads zeros here, what was evicted too
+        // (taken over, it read the parent's bytes: a generator's state
+        // kept apart from its children's was theirs again); a range left
+        // out is not mapped here at all, and not uzswap's any more (pinned:
+        // no eviction reads it).
+        for (a, b, f) in self.fork_flagged() {
+            if f & DONT_FORK != 0 {
+                uz.pin_range(a, b - a);
+                self.foreign.insert(a, b);
+                self.on_fork.set(a, b, None);
+            } else if self.writable(a, b).is_ok() {
+                let _ = uz.discard(a, b - a);
+                let _ = self.restore_prots(a, b);
+            }
+        }
         Ok(())
     }
 
@@ -457,7 +575,7 @@ impl Vmas {
     }
 
     /// `s..e` (ours) as a new anonymous mapping has it: zeros, read+write,
-    /// unlocked, its protection and lock pins gone. What the program
+    /// unlocked, no fork flags, its protection and lock pins gone. What the program
     /// protected is made writable first, while still pinned (no eviction
     /// reads it), since the discard writes zeros into chunks it covers in
     /// part; where that fails nothing else is done.
@@ -466,6 +584,7 @@ impl Vmas {
         self.unprotect(st, s, e);
         self.set_prot(s, e, None);
         self.unlock(st, s, e);
+        self.clear_fork_flags(s, e);
         let _ = st.uz.discard(s, e - s);
         Ok(())
     }
@@ -484,60 +603,132 @@ impl Vmas {
     }
 
     /// Record that `s..e` (ours) has protection `prot` (None: read+write).
-    fn set_prot(&mut self, mut s: usize, mut e: usize, prot: Option<i32>) {
-        let hits: Vec<(usize, usize, i32)> = self
-            .prots
-            .range(..e)
-            .filter(|(_, &(pe, _))| pe > s)
-            .map(|(&x, &(y, p))| (x, y, p))
-            .collect();
-        for (x, y, p) in hits {
-            self.prots.remove(&x);
-            if x < s {
-                self.prots.insert(x, (s, p));
-            }
-            if e < y {
-                self.prots.insert(e, (y, p));
-            }
-        }
-        let Some(p) = prot else { return };
-        if let Some((&x, &(y, q))) = self.prots.range(..s).next_back() {
-            if y == s && q == p {
-                self.prots.remove(&x);
-                s = x;
-            }
-        }
-        if let Some(&(y, q)) = self.prots.get(&e) {
-            if q == p {
-                self.prots.remove(&e);
-                e = y;
-            }
-        }
-        self.prots.insert(s, (e, p));
+    fn set_prot(&mut self, s: usize, e: usize, prot: Option<i32>) {
+        self.prots.set(s, e, prot);
     }
 
     /// The one protection of `s..e`: None where it is all read+write, or
     /// Err where parts differ (the kernel's mremap answers EFAULT for a
     /// range over more than one mapping).
     fn prot_of(&self, s: usize, e: usize) -> Result<Option<i32>, ()> {
-        let mut hits = self.prots.range(..e).filter(|(_, &(pe, _))| pe > s);
-        match (hits.next(), hits.next()) {
-            (None, _) => Ok(None),
-            (Some((&x, &(y, p))), None) if x <= s && e <= y => Ok(Some(p)),
-            _ => Err(()),
-        }
+        self.prots.one_of(s, e)
     }
 
     /// Give the program's protection back to `s..e` after [`Self::writable`].
     fn restore_prots(&self, s: usize, e: usize) -> Result<(), i32> {
-        for (&x, &(y, p)) in self.prots.range(..e).filter(|(_, &(pe, _))| pe > s) {
-            let (a, b) = (x.max(s), y.min(e));
+        for (a, b, p) in self.prots.within(s, e) {
             // SAFETY: region memory, ours, given the program's protection.
             if unsafe { real::mprotect(a as *mut c_void, b - a, p) } != 0 {
                 return Err(crate::errno());
             }
         }
         Ok(())
+    }
+
+    /// Record the fork flag `advice` (`MADV_WIPEONFORK`, `MADV_KEEPONFORK`,
+    /// `MADV_DONTFORK`, `MADV_DOFORK`) on `s..e` (ours), which the kernel
+    /// took.
+    fn fork_advice(&mut self, s: usize, e: usize, advice: i32) {
+        let (set, clear) = match advice {
+            libc::MADV_WIPEONFORK => (WIPE, 0),
+            libc::MADV_KEEPONFORK => (0, WIPE),
+            libc::MADV_DONTFORK => (DONT_FORK, 0),
+            libc::MADV_DOFORK => (0, DONT_FORK),
+            _ => return,
+        };
+        self.on_fork.update(s, e, |f| {
+            let f = (f.unwrap_or(0) | set) & !clear;
+            (f != 0).then_some(f)
+        });
+    }
+
+    /// Give `s..e` (ours, without fork flags) the flags `f`, as a mapping
+    /// moved or grown keeps its own.
+    fn set_fork_flags(&mut self, s: usize, e: usize, f: u8) -> Result<(), i32> {
+        for (bit, advice) in [
+            (WIPE, libc::MADV_WIPEONFORK),
+            (DONT_FORK, libc::MADV_DONTFORK),
+        ] {
+            // SAFETY: region memory, ours.
+            if f & bit != 0 && unsafe { real::madvise(s as *mut c_void, e - s, advice) } != 0 {
+                return Err(crate::errno());
+            }
+        }
+        self.on_fork.set(s, e, (f != 0).then_some(f));
+        Ok(())
+    }
+
+    /// Take every fork flag off `s..e` (ours), in the kernel too.
+    fn clear_fork_flags(&mut self, s: usize, e: usize) {
+        for (a, b, f) in self.on_fork.within(s, e) {
+            for (bit, advice) in [
+                (WIPE, libc::MADV_KEEPONFORK),
+                (DONT_FORK, libc::MADV_DOFORK),
+            ] {
+                if f & bit != 0 {
+                    // SAFETY: region memory, ours; undoes the program's flag.
+                    unsafe { real::madvise(a as *mut c_void, b - a, advice) };
+                }
+            }
+        }
+        self.on_fork.set(s, e, None);
+    }
+
+    /// For a fork that leaves evicted memory to its child: the parts of
+    /// chunks that a range flagged `MADV_DONTFORK` cuts, outside it,
+    /// brought in and held so until the fork is done. The kernel copies
+    /// them and leaves the range out; the child could not install such a
+    /// chunk whole (a page of it is not mapped there) and must never evict
+    /// it (`adopt_in_child` pins it). Evicted at the fork, the child lost
+    /// its neighbours' bytes there (a free that failed, SIGBUS, SIGSEGV:
+    /// one child in ten).
+    pub(crate) fn pin_fork_edges(
+        &self,
+        st: &'static State,
+    ) -> Vec<uzswap::region::PinGuard<'static>> {
+        let c = st.uz.chunk_bytes();
+        let mut pins = Vec::new();
+        for (a, b, f) in self.fork_flagged() {
+            if f & DONT_FORK == 0 {
+                continue;
+            }
+            let edges = [(a - a % c, a), (b, b.next_multiple_of(c))];
+            for (x, y) in edges.into_iter().filter(|(x, y)| x < y) {
+                for (p, q, ours) in self.parts(x, y) {
+                    if ours
+                        && !self
+                            .on_fork
+                            .within(p, q)
+                            .iter()
+                            .any(|r| r.2 & DONT_FORK != 0)
+                    {
+                        pins.push(st.uz.pin(p, q - p, false));
+                    }
+                }
+            }
+        }
+        pins
+    }
+
+    /// In a child just forked: hold every range left out of it
+    /// (`MADV_DONTFORK`) with an inaccessible mapping, before anything
+    /// else is mapped. The kernel left those addresses free here, inside
+    /// what this map says is region memory: the child instance's thread
+    /// stacks were mapped there, its regions' registration then took them
+    /// in, and a stack's first touch faulted in the parent's evicted bytes
+    /// (a free that failed, SIGSEGV, SIGBUS: one child in ten). An access
+    /// still ends the program with SIGSEGV, as in the hole.
+    pub(crate) fn hold_fork_holes(&self) {
+        for (a, b, f) in self.fork_flagged() {
+            if f & DONT_FORK != 0 {
+                hold_hole(a, b);
+            }
+        }
+    }
+
+    /// The ranges with fork flags, and their flags.
+    pub(crate) fn fork_flagged(&self) -> Vec<(usize, usize, u8)> {
+        self.on_fork.within(0, usize::MAX)
     }
 
     /// Protect `s..e` (ours, read+write) with `prot` as the program asked:
@@ -622,9 +813,8 @@ impl Vmas {
         let mut a = s;
         let prots: Vec<(usize, usize, i32)> = self
             .prots
-            .range(..e)
-            .filter(|(_, &(pe, _))| pe > s)
-            .map(|(&x, &(y, p))| (x.max(s), y.min(e), p))
+            .within(s, e)
+            .into_iter()
             .chain(std::iter::once((e, e, RW)))
             .collect();
         for (x, y, p) in prots {
@@ -673,6 +863,13 @@ impl Vmas {
 
 const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
 const MAP_FIXED_NOREPLACE: i32 = 0x100000;
+
+/// `a..b` mapped inaccessible, whatever was there.
+pub(crate) fn hold_hole(a: usize, b: usize) {
+    let flags = libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    // SAFETY: a range of ours that this process does not have.
+    unsafe { real::mmap(a as *mut c_void, b - a, libc::PROT_NONE, flags, -1, 0) };
+}
 
 fn failed(e: i32) -> *mut c_void {
     crate::set_errno(e);
@@ -838,9 +1035,14 @@ pub unsafe extern "C" fn mremap(
     let mut v = st.vmas.lock();
     // The kernel moves or grows one mapping with its protection, and
     // answers EFAULT for a range over mappings that differ.
-    let (Ok(prot), Ok(locked)) = (v.prot_of(s, s + old_len), v.locked_of(s, s + old_len)) else {
+    let (Ok(prot), Ok(locked), Ok(fork_flags)) = (
+        v.prot_of(s, s + old_len),
+        v.locked_of(s, s + old_len),
+        v.on_fork.one_of(s, s + old_len),
+    ) else {
         return failed(libc::EFAULT);
     };
+    let fork_flags = fork_flags.unwrap_or(0);
     if new_len <= old_len {
         if new_len < old_len {
             v.give_back(st, s + new_len, s + old_len);
@@ -859,6 +1061,7 @@ pub unsafe extern "C" fn mremap(
             Some(p) => v.protect_as(st, grow_s, grow_e, p),
             None => Ok(()),
         });
+        let grown = grown.and_then(|()| v.set_fork_flags(grow_s, grow_e, fork_flags));
         if let Err(e) = grown {
             v.give_back(st, grow_s, grow_e);
             return failed(e);
@@ -887,6 +1090,7 @@ pub unsafe extern "C" fn mremap(
         Some(p) => v.protect_as(st, new, new + new_len, p),
         None => Ok(()),
     });
+    let moved = moved.and_then(|()| v.set_fork_flags(new, new + new_len, fork_flags));
     if let Err(e) = moved {
         let _ = v.restore_prots(s, s + old_len);
         v.give_back(st, new, new + new_len);
@@ -985,7 +1189,18 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
             | libc::MADV_MERGEABLE
             | libc::MADV_UNMERGEABLE
             | 25 => 0,
-            // SAFETY: as above (dump and fork flags, and the rest).
+            libc::MADV_WIPEONFORK
+            | libc::MADV_KEEPONFORK
+            | libc::MADV_DONTFORK
+            | libc::MADV_DOFORK => {
+                // SAFETY: as above.
+                let r = unsafe { real::madvise(a as *mut _, n, advice) };
+                if r == 0 {
+                    st.vmas.lock().fork_advice(a, b, advice);
+                }
+                r
+            }
+            // SAFETY: as above (dump flags, and the rest).
             _ => unsafe { real::madvise(a as *mut _, n, advice) },
         };
     }
@@ -1051,4 +1266,66 @@ pub unsafe extern "C" fn mmap64(
 ) -> *mut c_void {
     // SAFETY: the same function.
     unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RangeMap;
+    use proptest::prelude::*;
+
+    /// The map against a value per unit: after any sequence of sets and
+    /// updates it holds the same values, as disjoint ranges with no two
+    /// neighbours of one value (the kernel's VMAs merged).
+    fn check(m: &RangeMap<u8>, model: &[Option<u8>]) {
+        let mut prev: Option<(usize, u8)> = None;
+        for (&x, &(y, v)) in &m.0 {
+            assert!(x < y, "an empty range at {x}");
+            if let Some((pe, pv)) = prev {
+                assert!(pe <= x, "overlap at {x}");
+                assert!(!(pe == x && pv == v), "unmerged neighbours at {x}");
+            }
+            prev = Some((y, v));
+        }
+        for (i, &want) in model.iter().enumerate() {
+            let got = m.one_of(i, i + 1).expect("one range per unit");
+            assert_eq!(got, want, "unit {i}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn sets_and_updates_match_a_value_per_unit(
+            ops in proptest::collection::vec((0usize..64, 1usize..24, 0u8..4, any::<bool>()), 1..40)
+        ) {
+            let mut m = RangeMap::default();
+            let mut model = vec![None; 96];
+            for (s, n, v, update) in ops {
+                let e = s + n;
+                if update {
+                    // Set bit v, or clear it where v is 0.
+                    let f = |o: Option<u8>| {
+                        let o = o.unwrap_or(0);
+                        let n = if v == 0 { o & !1 } else { o | v };
+                        (n != 0).then_some(n)
+                    };
+                    m.update(s, e, f);
+                    for u in &mut model[s..e] {
+                        *u = f(*u);
+                    }
+                } else {
+                    let v = (v != 0).then_some(v);
+                    m.set(s, e, v);
+                    model[s..e].fill(v);
+                }
+                check(&m, &model);
+            }
+            // A range that spans parts of different values has none.
+            let parts = m.within(0, 96);
+            if parts.len() > 1 {
+                let (a, _, _) = parts[0];
+                let (_, b, _) = parts[parts.len() - 1];
+                prop_assert!(m.one_of(a, b).is_err());
+            }
+        }
+    }
 }
