@@ -78,14 +78,22 @@ impl RedisServer {
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         // A port found free can be taken before the server binds it: try
-        // a few.
+        // a few, each from a clean directory (a cluster node's config
+        // names the port it was made with).
         for _ in 0..5 {
             s.port = free_port();
+            let _ = std::fs::remove_file(s.dir.join("nodes.conf"));
             if s.spawn() {
                 return s;
             }
         }
-        panic!("redis-server did not start (see {})", s.dir.display());
+        let log = std::fs::read_to_string(s.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(10)..];
+        panic!(
+            "redis-server did not start; its log ends:\n{}",
+            tail.join("\n")
+        );
     }
 
     fn spawn(&mut self) -> bool {
@@ -94,6 +102,8 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--daemonize", "no"])
             .args(["--loglevel", "warning"])
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)
@@ -110,7 +120,9 @@ impl RedisServer {
         let child = c.spawn().expect("redis-server");
         self.child = Some(child);
         let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
+        // Generous: a loaded 2-CPU machine (a build beside the tests)
+        // starts a server in well under a second, but not always.
+        while t.elapsed() < Duration::from_secs(15) {
             if request(self.port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
                 return true;
             }

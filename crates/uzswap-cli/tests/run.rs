@@ -809,9 +809,12 @@ fn a_forked_child_writes_through_a_stream_whose_file_was_evicted() {
 /// evicted: `daemon` and `forkpty` call glibc's own fork, and their
 /// children read every evicted page as zeros (6.6 M of 8.4 M words
 /// differed); a `pthread_atfork` child handler ran before the take-over,
-/// read zeros and its write of a zero was lost. Each child must read every
-/// byte, the handler too, and keep what the handler wrote. On every open
-/// path, as an unprivileged user too.
+/// read zeros and its write of a zero was lost. And a process that made
+/// itself not dumpable, whose `/proc/self/pagemap` an unprivileged user
+/// cannot open: its child's take-over failed there, and the child died of
+/// SIGSEGV. Each child must read every byte, the handler too, and keep
+/// what the handler wrote. On every open path, as an unprivileged user
+/// too.
 #[test]
 fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
     let Some((dir, bin)) = c_program("fork_paths", &["-O1", "-pthread"]) else {
@@ -819,7 +822,7 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
     };
     let user = unprivileged_user(std::slice::from_ref(&bin));
     for (pre, extra) in every_open_path(&user) {
-        for mode in ["atfork", "daemon", "forkpty"] {
+        for mode in ["atfork", "daemon", "forkpty", "nodump"] {
             let mut args = vec!["--budget", "16M", "--json"];
             args.extend_from_slice(extra);
             args.extend_from_slice(&["--", bin.as_str(), mode]);

@@ -6,7 +6,10 @@
  *            64 MiB and writes a zero word into the first page;
  *   daemon   daemon(3), which calls glibc's own fork: the parent exits
  *            there and the child goes on as the program;
- *   forkpty  forkpty(3), glibc's own fork too, the child on a new pty.
+ *   forkpty  forkpty(3), glibc's own fork too, the child on a new pty;
+ *   nodump   fork() in a process that made itself not dumpable
+ *            (PR_SET_DUMPABLE 0, as ssh-agent does), whose /proc/self
+ *            files are then closed to an unprivileged user.
  *
  * The process that goes on after the fork checks every byte (and, for
  * atfork, that the handler read them all and that its zero stayed) and
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,6 +76,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "atfork")) {
         pthread_atfork(0, 0, child_handler);
         pid = fork();
+    } else if (!strcmp(mode, "nodump")) {
+        if (prctl(PR_SET_DUMPABLE, 0)) { perror("prctl"); return 2; }
+        pid = fork();
     } else if (!strcmp(mode, "forkpty")) {
         int pty;
         pid = forkpty(&pty, 0, 0, 0);
@@ -81,7 +88,7 @@ int main(int argc, char **argv) {
             _exit(bad ? 1 : 0);
         }
     } else {
-        fprintf(stderr, "usage: fork_paths atfork|daemon|forkpty\n");
+        fprintf(stderr, "usage: fork_paths atfork|daemon|forkpty|nodump\n");
         return 2;
     }
     if (pid < 0) { perror("fork"); return 2; }

@@ -51,7 +51,7 @@ use std::sync::atomic::Ordering::*;
 
 /// Rests a sharing fork tries for ([`ForkGuard::rest_for_sharing`]).
 const SHARE_TRIES: usize = 3;
-/// Page map entries `reconcile_touched` reads at a time (512 KiB).
+/// Pages `reconcile_touched` asks mincore(2) about at a time (256 MiB).
 const MAP_WINDOW_PAGES: usize = 64 << 10;
 
 impl Uzswap {
@@ -170,8 +170,12 @@ impl Uzswap {
         let region = self.adopt_with(p.base, p.len, may_map, Some(p.id), setup)?;
         // SAFETY: this process's memory, registered now, and nothing runs
         // in it but this thread.
-        unsafe { reconcile_touched(sh, &region.inner) }
-            .map_err(|e| RegionError::Os(format!("taking over {:#x}: {e}", p.base)))?;
+        if let Err(e) = unsafe { reconcile_touched(sh, &region.inner) } {
+            // Leaked, not dropped: a region unmaps its memory as it goes,
+            // and the caller's fallback writes the parent's pages there.
+            std::mem::forget(region);
+            return Err(RegionError::Os(format!("taking over {:#x}: {e}", p.base)));
+        }
         Ok(region)
     }
 
@@ -373,6 +377,19 @@ fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
         })
 }
 
+/// mincore(2) of `len` bytes at `addr` into `vec` (a byte per page).
+///
+/// # Safety
+/// `vec` holds at least a byte per page of the range.
+unsafe fn resident(addr: usize, len: usize, vec: &mut [u8]) -> std::io::Result<()> {
+    debug_assert!(vec.len() >= len / PAGE_SIZE);
+    // SAFETY: the caller's.
+    match unsafe { libc::mincore(addr as *mut _, len, vec.as_mut_ptr()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
 /// In a child, pages of evicted (unmapped) groups that are present once the
 /// region is registered: code ran in the child between `fork(2)` and the
 /// take-over and touched them while nothing was registered there, so the
@@ -393,7 +410,6 @@ fn written_back(sh: &Shared, r: &RegionInner, ci: usize) -> bool {
 /// `r` is registered with this (the child's) instance, and no other thread
 /// of the process runs yet.
 unsafe fn reconcile_touched(sh: &Shared, r: &RegionInner) -> std::io::Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
     let n = 1usize << sh.order;
     let taken: Vec<usize> = (0..r.state.len())
         .filter(|&ci| fault::unmapped(sh, r.state[ci].load(Acquire)))
@@ -401,28 +417,38 @@ unsafe fn reconcile_touched(sh: &Shared, r: &RegionInner) -> std::io::Result<()>
     let (Some(&lo), Some(&hi)) = (taken.first(), taken.last()) else {
         return Ok(());
     };
-    // The page map read a window of chunks at a time, from the first such
-    // chunk to the last (a 4 GiB reservation's whole map is 8 MiB).
+    // Which pages are present, from mincore(2), a window of chunks at a
+    // time from the first such chunk to the last: it needs no permission,
+    // where `/proc/self/pagemap` is closed to a process that made itself
+    // not dumpable (`PR_SET_DUMPABLE`, as ssh-agent does), and its child's
+    // take-over failed there.
     let per = sh.chunk / PAGE_SIZE;
     let window = (MAP_WINDOW_PAGES / per).max(1);
-    let mut map = vec![0u8; window * per * 8];
-    let mut f = std::fs::File::open("/proc/self/pagemap")?;
+    let mut map = vec![0u8; window * per];
     let mut at_window = usize::MAX;
     let mut cached = vec![0u8; PAGE_SIZE];
     for ci in taken {
         let w0 = (ci - lo) / window * window + lo;
         if w0 != at_window {
-            let len = (hi + 1 - w0).min(window) * per * 8;
-            f.seek(SeekFrom::Start(
-                ((r.chunk_addr(w0, sh.chunk) / PAGE_SIZE) * 8) as u64,
-            ))?;
-            f.read_exact(&mut map[..len])?;
+            let chunks = (hi + 1 - w0).min(window);
+            // SAFETY: a query of this process's mappings into a buffer of
+            // a byte per page.
+            if unsafe { resident(r.chunk_addr(w0, sh.chunk), chunks * sh.chunk, &mut map) }.is_err()
+            {
+                // A hole in the window (a range the program left out of its
+                // children): chunk by chunk, a hole's pages not present.
+                for c in 0..chunks {
+                    let part = &mut map[c * per..(c + 1) * per];
+                    // SAFETY: as above.
+                    if unsafe { resident(r.chunk_addr(w0 + c, sh.chunk), sh.chunk, part) }.is_err()
+                    {
+                        part.fill(0);
+                    }
+                }
+            }
             at_window = w0;
         }
-        let present = |i: usize| {
-            let k = ((ci - w0) * per + i) * 8;
-            u64::from_le_bytes(map[k..k + 8].try_into().expect("8 bytes")) >> 63 != 0
-        };
+        let present = |i: usize| map[(ci - w0) * per + i] & 1 != 0;
         let mask = chunk::part_mask(r.state[ci].load(Acquire)).unwrap_or(0);
         for i in chunk::mask_ranges(!mask, n).into_iter().flatten() {
             if !present(i) {
