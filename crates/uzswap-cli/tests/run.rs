@@ -808,7 +808,7 @@ fn a_forked_child_writes_through_a_stream_whose_file_was_evicted() {
 /// program's own fork handlers (`fork_paths.c`), after 48 of 64 MiB were
 /// evicted: `daemon` and `forkpty` call glibc's own fork, and their
 /// children read every evicted page as zeros (6.6 M of 8.4 M words
-/// differed); a `pthread_atfork` child handler ran before the take-over,
+/// differed), as did a child of `syscall(SYS_fork)`; a `pthread_atfork` child handler ran before the take-over,
 /// read zeros and its write of a zero was lost. And a process that made
 /// itself not dumpable, whose `/proc/self/pagemap` an unprivileged user
 /// cannot open: its child's take-over failed there, and the child died of
@@ -822,7 +822,7 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
     };
     let user = unprivileged_user(std::slice::from_ref(&bin));
     for (pre, extra) in every_open_path(&user) {
-        for mode in ["atfork", "daemon", "forkpty", "nodump"] {
+        for mode in ["atfork", "daemon", "forkpty", "sysfork", "nodump"] {
             let mut args = vec!["--budget", "16M", "--json"];
             args.extend_from_slice(extra);
             args.extend_from_slice(&["--", bin.as_str(), mode]);

@@ -70,6 +70,19 @@ pub unsafe extern "C" fn syscall(
     f: c_long,
 ) -> c_long {
     let _pins = match nr {
+        // A fork made by system call runs no fork handler, and its child
+        // read every evicted page as zeros: glibc's fork instead, which
+        // runs uzswap's (and the program's: they are meant for every fork).
+        // clone(2) with only SIGCHLD and no new stack is that fork too.
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_fork if crate::active().is_some() => {
+            // SAFETY: as fork(2).
+            return unsafe { crate::fork::fork() }.into();
+        }
+        libc::SYS_clone if a == libc::SIGCHLD as c_long && b == 0 && crate::active().is_some() => {
+            // SAFETY: as fork(2).
+            return unsafe { crate::fork::fork() }.into();
+        }
         libc::SYS_io_uring_setup | libc::SYS_io_setup if crate::active().is_some() => {
             REFUSED.fetch_add(1, Relaxed);
             crate::set_errno(libc::ENOSYS);

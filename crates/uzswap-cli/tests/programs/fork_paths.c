@@ -7,6 +7,7 @@
  *   daemon   daemon(3), which calls glibc's own fork: the parent exits
  *            there and the child goes on as the program;
  *   forkpty  forkpty(3), glibc's own fork too, the child on a new pty;
+ *   sysfork  syscall(SYS_fork), which glibc's fork never sees either;
  *   nodump   fork() in a process that made itself not dumpable
  *            (PR_SET_DUMPABLE 0, as ssh-agent does), whose /proc/self
  *            files are then closed to an unprivileged user.
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +78,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "atfork")) {
         pthread_atfork(0, 0, child_handler);
         pid = fork();
+    } else if (!strcmp(mode, "sysfork")) {
+        fflush(stdout);
+        pid = syscall(SYS_fork);
     } else if (!strcmp(mode, "nodump")) {
         if (prctl(PR_SET_DUMPABLE, 0)) { perror("prctl"); return 2; }
         pid = fork();
@@ -88,7 +93,7 @@ int main(int argc, char **argv) {
             _exit(bad ? 1 : 0);
         }
     } else {
-        fprintf(stderr, "usage: fork_paths atfork|daemon|forkpty|nodump\n");
+        fprintf(stderr, "usage: fork_paths atfork|daemon|forkpty|sysfork|nodump\n");
         return 2;
     }
     if (pid < 0) { perror("fork"); return 2; }
