@@ -838,23 +838,29 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
             }
             let s: serde_json::Value =
                 serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
-            let procs = s["processes"].as_array().unwrap();
-            // The child took the evicted memory over (no bring-in).
-            let parent = procs
-                .iter()
-                .find(|p| p["forks_shared"] == 1)
-                .unwrap_or_else(|| panic!("{what}: no fork shared: {s}"));
-            assert!(
-                parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
-                "{what}: the parent evicted little: {parent}"
-            );
-            for p in procs {
-                assert_eq!(p["fault_errors"], 0, "{what}: {p}");
-                assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
-            }
+            assert_shared_after_evictions(&s, &what);
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A run's summary `s`: a process forked once with its evicted memory left
+/// to the child (no bring-in), after evicting most of its 64 MiB, and no
+/// process had a fault error or a checksum failure.
+fn assert_shared_after_evictions(s: &serde_json::Value, what: &str) {
+    let procs = s["processes"].as_array().unwrap();
+    let parent = procs
+        .iter()
+        .find(|p| p["forks_shared"] == 1)
+        .unwrap_or_else(|| panic!("{what}: no fork shared: {s}"));
+    assert!(
+        parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
+        "{what}: the parent evicted little: {parent}"
+    );
+    for p in procs {
+        assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+        assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
+    }
 }
 
 /// A program's fork flags on memory evicted at the fork (`fork_flags.c`):
@@ -880,18 +886,7 @@ fn fork_flags_hold_for_evicted_memory() {
             let what = format!("fork_flags {mode} {extra:?} {pre:?}");
             let (out, s) = output_and_summary(&run(pre, &args), &what);
             assert_eq!(out, format!("ok fork_flags {mode}\n"), "{what}: {s}");
-            let procs = s["processes"].as_array().unwrap();
-            let parent = procs
-                .iter()
-                .find(|p| p["forks_shared"] == 1)
-                .unwrap_or_else(|| panic!("{what}: no fork shared: {s}"));
-            assert!(
-                parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
-                "{what}: the parent evicted little: {parent}"
-            );
-            for p in procs {
-                assert_eq!(p["fault_errors"], 0, "{what}: {p}");
-            }
+            assert_shared_after_evictions(&s, &what);
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
