@@ -106,7 +106,7 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
     let pid = unsafe { real::__fork() };
     let _ = IN_FORK_CALL.try_with(|c| c.set(false));
     if pid > 0 {
-        if let Some(e) = REFUSED.with(|r| r.take()) {
+        if let Some(e) = REFUSED.try_with(|r| r.take()).ok().flatten() {
             // SAFETY: reaps the child just made, which exits at once.
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL) };
             crate::say(&format!("fork refused: {e}"));
@@ -257,9 +257,11 @@ extern "C" fn on_parent() {
     match take_pending() {
         None => {}
         Some(Pending::Failed(e)) => {
-            if IN_FORK_CALL.with(Cell::get) {
-                REFUSED.with(|r| r.set(Some(e)));
-            } else {
+            // `try_with`: a panic here (a fork from a thread-local's
+            // destructor) would abort the process.
+            let refused = IN_FORK_CALL.try_with(Cell::get).unwrap_or(false)
+                && REFUSED.try_with(|r| r.set(Some(e.clone()))).is_ok();
+            if !refused {
                 crate::say(&format!(
                     "fork: the child could not be given its evicted memory ({e}); it exits"
                 ));
@@ -717,7 +719,7 @@ const CHILD_BUDGET_FLOOR: u64 = 16;
 /// parent's cache and run detached (plain memory, no budget, a line says
 /// so). The program runs on only once its memory reads as the parent's.
 fn take_over_sharing(parent: &'static State, vmas: crate::vma::Vmas, usage: u64) {
-    let flagged = vmas.fork_flagged();
+    let (left_out, wiped) = (vmas.fork_ranges(DONT_FORK), vmas.fork_ranges(WIPE));
     match take_over(parent, vmas, Some(usage)) {
         Ok(child) => {
             STATE.store(child, Release);
@@ -732,16 +734,16 @@ fn take_over_sharing(parent: &'static State, vmas: crate::vma::Vmas, usage: u64)
             // ranges left out of the child are made writable for the
             // writes, then inaccessible again, and those to wipe wiped.
             let put = unsafe {
-                for_fork_flags(&flagged, DONT_FORK, |a, n| {
-                    real::mmap(a, n, RW, MAP_FIXED_PRIVATE_ANON, -1, 0);
-                });
+                for &(a, b) in &left_out {
+                    real::mmap(a as *mut _, b - a, RW, MAP_FIXED_PRIVATE_ANON, -1, 0);
+                }
                 let put = parent.uz.materialize_in_child();
-                for_fork_flags(&flagged, DONT_FORK, |a, n| {
-                    crate::vma::hold_hole(a as usize, a as usize + n);
-                });
-                for_fork_flags(&flagged, WIPE, |a, n| {
-                    real::madvise(a, n, libc::MADV_DONTNEED);
-                });
+                for &(a, b) in &left_out {
+                    crate::vma::hold_hole(a, b);
+                }
+                for &(a, b) in &wiped {
+                    real::madvise(a as *mut _, b - a, libc::MADV_DONTNEED);
+                }
                 put
             };
             match put {
@@ -763,16 +765,3 @@ fn take_over_sharing(parent: &'static State, vmas: crate::vma::Vmas, usage: u64)
 
 const RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
 const MAP_FIXED_PRIVATE_ANON: i32 = libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-
-/// `f(start, len)` for each range of `flagged` with `bit`.
-fn for_fork_flags(
-    flagged: &[(usize, usize, u8)],
-    bit: u8,
-    mut f: impl FnMut(*mut libc::c_void, usize),
-) {
-    for &(a, b, fl) in flagged {
-        if fl & bit != 0 {
-            f(a as *mut libc::c_void, b - a);
-        }
-    }
-}

@@ -719,16 +719,23 @@ impl Vmas {
     /// (a free that failed, SIGSEGV, SIGBUS: one child in ten). An access
     /// still ends the program with SIGSEGV, as in the hole.
     pub(crate) fn hold_fork_holes(&self) {
-        for (a, b, f) in self.fork_flagged() {
-            if f & DONT_FORK != 0 {
-                hold_hole(a, b);
-            }
+        for (a, b) in self.fork_ranges(DONT_FORK) {
+            hold_hole(a, b);
         }
     }
 
     /// The ranges with fork flags, and their flags.
-    pub(crate) fn fork_flagged(&self) -> Vec<(usize, usize, u8)> {
+    fn fork_flagged(&self) -> Vec<(usize, usize, u8)> {
         self.on_fork.within(0, usize::MAX)
+    }
+
+    /// The ranges with the fork flag `bit` ([`WIPE`], [`DONT_FORK`]).
+    pub(crate) fn fork_ranges(&self, bit: u8) -> Vec<(usize, usize)> {
+        let flagged = self.fork_flagged().into_iter();
+        flagged
+            .filter(|r| r.2 & bit != 0)
+            .map(|r| (r.0, r.1))
+            .collect()
     }
 
     /// Protect `s..e` (ours, read+write) with `prot` as the program asked:
@@ -1193,10 +1200,13 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
             | libc::MADV_KEEPONFORK
             | libc::MADV_DONTFORK
             | libc::MADV_DOFORK => {
+                // The kernel's flag and our record change under one hold
+                // of the map: a concurrent munmap clears both or neither.
+                let mut v = st.vmas.lock();
                 // SAFETY: as above.
                 let r = unsafe { real::madvise(a as *mut _, n, advice) };
                 if r == 0 {
-                    st.vmas.lock().fork_advice(a, b, advice);
+                    v.fork_advice(a, b, advice);
                 }
                 r
             }
