@@ -812,9 +812,12 @@ fn a_forked_child_writes_through_a_stream_whose_file_was_evicted() {
 /// read zeros and its write of a zero was lost. And a process that made
 /// itself not dumpable, whose `/proc/self/pagemap` an unprivileged user
 /// cannot open: its child's take-over failed there, and the child died of
-/// SIGSEGV. Each child must read every byte, the handler too, and keep
-/// what the handler wrote. On every open path, as an unprivileged user
-/// too.
+/// SIGSEGV. And copies made without any fork handler: glibc's `clone()`
+/// and the clone system calls without `CLONE_VM` (their children read
+/// 6.6 M words as zeros), which bring every evicted page in first and
+/// leave the child detached. Each child must read every byte, the handler
+/// too, and keep what the handler wrote. On every open path, as an
+/// unprivileged user too.
 #[test]
 fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
     let Some((dir, bin)) = c_program("fork_paths", &["-O1", "-pthread"]) else {
@@ -822,7 +825,9 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
     };
     let user = unprivileged_user(std::slice::from_ref(&bin));
     for (pre, extra) in every_open_path(&user) {
-        for mode in ["atfork", "daemon", "forkpty", "sysfork", "nodump"] {
+        for mode in [
+            "atfork", "daemon", "forkpty", "sysfork", "nodump", "clone", "sysclone", "clone3",
+        ] {
             let mut args = vec!["--budget", "16M", "--json"];
             args.extend_from_slice(extra);
             args.extend_from_slice(&["--", bin.as_str(), mode]);
@@ -838,10 +843,32 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
             }
             let s: serde_json::Value =
                 serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
-            assert_shared_after_evictions(&s, &what);
+            if mode.contains("clone") {
+                assert_brought_in_after_evictions(&s, &what);
+            } else {
+                assert_shared_after_evictions(&s, &what);
+            }
         }
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A run's summary `s`: a process made one copy of itself after evicting
+/// most of its 64 MiB, bringing every evicted page in first (the child
+/// runs detached and reports nothing), and no fault error or checksum
+/// failure.
+fn assert_brought_in_after_evictions(s: &serde_json::Value, what: &str) {
+    let procs = s["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{what}: the detached child reported: {s}");
+    let p = &procs[0];
+    assert_eq!(p["forks_brought_in"], 1, "{what}: {p}");
+    assert_eq!(p["forks_shared"], 0, "{what}: {p}");
+    assert!(
+        p["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
+        "{what}: the parent evicted little: {p}"
+    );
+    assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+    assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
 }
 
 /// A run's summary `s`: a process forked once with its evicted memory left

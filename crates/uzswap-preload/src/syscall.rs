@@ -83,6 +83,26 @@ pub unsafe extern "C" fn syscall(
             // SAFETY: as fork(2).
             return unsafe { crate::fork::fork() }.into();
         }
+        // Other copies of the address space whose child goes on from the
+        // call (no new stack: a child on one could not return through
+        // this function): every evicted page brought in first, the child
+        // detached (`fork.rs`, "Copies of the process").
+        libc::SYS_clone if b == 0 => {
+            return finish(crate::fork::by_syscall(a as u64, || {
+                // SAFETY: the caller's call, passed on unchanged.
+                unsafe { raw(nr, [a, b, c, d, e, f]) }
+            }));
+        }
+        libc::SYS_clone3 => {
+            // SAFETY: the caller's pointer and size, read only if readable.
+            if let Some(flags) = unsafe { clone3_flags_without_stack(a, b) } {
+                return finish(crate::fork::by_syscall(flags, || {
+                    // SAFETY: the caller's call, passed on unchanged.
+                    unsafe { raw(nr, [a, b, c, d, e, f]) }
+                }));
+            }
+            None
+        }
         libc::SYS_io_uring_setup | libc::SYS_io_setup if crate::active().is_some() => {
             REFUSED.fetch_add(1, Relaxed);
             crate::set_errno(libc::ENOSYS);
@@ -96,12 +116,56 @@ pub unsafe extern "C" fn syscall(
         _ => None,
     };
     // SAFETY: the caller's call, passed on unchanged.
-    let r = unsafe { raw(nr, [a, b, c, d, e, f]) };
+    finish(unsafe { raw(nr, [a, b, c, d, e, f]) })
+}
+
+/// The kernel's return `r` as `syscall(2)` returns it: -1 with errno set
+/// for an error.
+fn finish(r: c_long) -> c_long {
     if (-4095..0).contains(&r) {
         crate::set_errno(-r as i32);
         return -1;
     }
     r
+}
+
+/// The flags of `clone3(args, size)` where its child goes on from the call
+/// (`args.stack` 0); None where it gets a stack of its own, or the
+/// arguments cannot be read here (the kernel then says why).
+///
+/// # Safety
+/// `args` is the caller's pointer; it is read only if mapped readable.
+unsafe fn clone3_flags_without_stack(args: c_long, size: c_long) -> Option<u64> {
+    // `struct clone_args` as of Linux 5.3: flags, pidfd, child_tid,
+    // parent_tid, exit_signal, stack, stack_size, tls.
+    let mut words = [0u64; 8];
+    if (size as usize) < std::mem::size_of_val(&words) || args == 0 || args % 8 != 0 {
+        return None;
+    }
+    let at = args as usize;
+    if crate::vma::overlaps_regions(at, at + std::mem::size_of_val(&words)) {
+        // Region memory is mapped (an evicted page is brought in by the
+        // load), where a read by the kernel would fail with EFAULT on an
+        // evicted page in user mode only. The preparation then brings every
+        // evicted page in before the call reads the arguments again.
+        // SAFETY: mapped and aligned, as checked.
+        words = unsafe { std::ptr::read_volatile(args as *const [u64; 8]) };
+        return (words[5] == 0).then_some(words[0]);
+    }
+    // Elsewhere read through the kernel, which fails cleanly on a bad
+    // pointer where a load would end the process.
+    let local = libc::iovec {
+        iov_base: words.as_mut_ptr().cast(),
+        iov_len: std::mem::size_of_val(&words),
+    };
+    let remote = libc::iovec {
+        iov_base: args as *mut libc::c_void,
+        iov_len: local.iov_len,
+    };
+    // SAFETY: one local buffer of the length given; the remote range is
+    // only read, by the kernel.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == local.iov_len as isize && words[5] == 0).then_some(words[0])
 }
 
 /// The system call `nr` with six arguments; the kernel's return (a

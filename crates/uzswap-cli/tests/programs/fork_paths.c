@@ -10,7 +10,14 @@
  *   sysfork  syscall(SYS_fork), which glibc's fork never sees either;
  *   nodump   fork() in a process that made itself not dumpable
  *            (PR_SET_DUMPABLE 0, as ssh-agent does), whose /proc/self
- *            files are then closed to an unprivileged user.
+ *            files are then closed to an unprivileged user;
+ *   clone    glibc's clone() without CLONE_VM: the child runs a function
+ *            on a stack of its own and no fork handler (container and
+ *            sandbox tools start their first process so);
+ *   sysclone syscall(SYS_clone) without CLONE_VM and with a flag besides
+ *            the exit signal (CLONE_PARENT_SETTID), the child going on
+ *            from the call as a fork's does;
+ *   clone3   syscall(SYS_clone3), the same.
  *
  * The process that goes on after the fork checks every byte (and, for
  * atfork, that the handler read them all and that its zero stayed) and
@@ -18,7 +25,10 @@
  * 1. Usage: fork_paths MODE. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <linux/sched.h>
 #include <pty.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +74,8 @@ static int verify(const char *mode) {
     return bad;
 }
 
+static int clone_child(void *mode) { return verify(mode) ? 1 : 0; }
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     a = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -92,12 +104,31 @@ int main(int argc, char **argv) {
             int bad = verify(mode);
             _exit(bad ? 1 : 0);
         }
+    } else if (!strcmp(mode, "clone")) {
+        size_t stack = 256 << 10;
+        char *sp = malloc(stack);
+        if (!sp) { perror("malloc"); return 2; }
+        fflush(stdout);
+        pid = clone(clone_child, sp + stack, SIGCHLD, (void *)mode);
+        if (pid > 0) goto wait;
+    } else if (!strcmp(mode, "sysclone")) {
+        pid_t ptid = 0;
+        fflush(stdout);
+        pid = syscall(SYS_clone, CLONE_PARENT_SETTID | SIGCHLD, 0, &ptid, 0, 0);
+        if (pid > 0 && ptid != pid) { printf("parent tid not set\n"); return 1; }
+    } else if (!strcmp(mode, "clone3")) {
+        struct clone_args ca;
+        memset(&ca, 0, sizeof ca);
+        ca.exit_signal = SIGCHLD;
+        fflush(stdout);
+        pid = syscall(SYS_clone3, &ca, sizeof ca);
     } else {
-        fprintf(stderr, "usage: fork_paths atfork|daemon|forkpty|sysfork|nodump\n");
+        fprintf(stderr, "usage: fork_paths atfork|daemon|forkpty|sysfork|nodump|clone|sysclone|clone3\n");
         return 2;
     }
     if (pid < 0) { perror("fork"); return 2; }
     if (pid == 0) exit(verify(mode));
+wait:;
     int st;
     if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st)) {
         printf("child failed\n");
