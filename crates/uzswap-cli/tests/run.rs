@@ -871,6 +871,45 @@ fn assert_brought_in_after_evictions(s: &serde_json::Value, what: &str) {
     assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
 }
 
+/// Execs whose path, vectors and strings were evicted (`exec_args.c`:
+/// 64 variables set, the vector built in the heap, then 64 MiB written
+/// under a 16 MiB budget): every member of the family, from the process,
+/// a forked child and a `vfork` child, starts the program with every byte
+/// of its arguments and environment. In user mode only (and as an
+/// unprivileged user) every one of them failed with EFAULT before. On every
+/// open path, as an unprivileged user too.
+#[test]
+fn execs_whose_arguments_were_evicted_start_the_program() {
+    let Some((dir, bin)) = c_program("exec_args", &["-O1"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
+        for mode in [
+            "execve",
+            "execv",
+            "execvp",
+            "execvpe",
+            "execl",
+            "execlp",
+            "execle",
+            "fexecve",
+            "sysexecve",
+            "fork",
+            "vfork",
+        ] {
+            let mut args = vec!["--budget", "16M", "--json"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", bin.as_str(), mode]);
+            let what = format!("exec_args {mode} {extra:?} {pre:?}");
+            let out = ok(&run(pre, &args), &what);
+            let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
+            assert_eq!(lines, [format!("exec-ok {mode}")], "{what}: {out}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A run's summary `s`: a process forked once with its evicted memory left
 /// to the child (no bring-in), after evicting most of its 64 MiB, and no
 /// process had a fault error or a checksum failure.

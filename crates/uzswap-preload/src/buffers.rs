@@ -404,8 +404,8 @@ wrap!(getdents64(fd: i32, b: *mut c_void, n: usize) pins |p| { p.add(b, n, true)
 // child of `posix_spawn` shares our memory until then (`environ` is heap
 // memory once the program has called `setenv`). The calls return once the
 // child has `exec`ed or failed, so the pins cover it. `execve` and its
-// family are not wrapped: called in a `vfork` child, a pin would never be
-// dropped, and the parent would keep those chunks pinned for good.
+// family take no pins (called in a `vfork` child, a pin would never be
+// dropped): they are given copies outside the regions (`exec.rs`).
 extern "C" {
     static environ: *const *const libc::c_char;
 }

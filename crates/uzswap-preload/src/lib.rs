@@ -37,6 +37,7 @@ mod alloc;
 mod buffers;
 mod config;
 mod dlopen;
+mod exec;
 mod fds;
 mod fork;
 mod mlock;

@@ -213,6 +213,11 @@ real_fns! {
     posix_spawn: unsafe extern "C" fn(*mut libc::pid_t, Str, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const Str, *const Str) -> c_int;
     posix_spawnp: unsafe extern "C" fn(*mut libc::pid_t, Str, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const Str, *const Str) -> c_int;
     system: unsafe extern "C" fn(Str) -> c_int;
+    // Starting a new image (`exec.rs`).
+    execve: unsafe extern "C" fn(Str, *const Str, *const Str) -> c_int;
+    execvpe: unsafe extern "C" fn(Str, *const Str, *const Str) -> c_int;
+    fexecve: unsafe extern "C" fn(c_int, *const Str, *const Str) -> c_int;
+    execveat: unsafe extern "C" fn(c_int, Str, *const Str, *const Str, c_int) -> c_int;
     posix_spawn_file_actions_addopen: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, c_int, Str, c_int, u32) -> c_int;
     posix_spawn_file_actions_addclose: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, c_int) -> c_int;
     posix_spawn_file_actions_adddup2: unsafe extern "C" fn(*mut libc::posix_spawn_file_actions_t, c_int, c_int) -> c_int;

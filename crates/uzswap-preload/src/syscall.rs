@@ -103,6 +103,14 @@ pub unsafe extern "C" fn syscall(
             }
             None
         }
+        // The kernel reads the path and vectors inside the call: the pieces
+        // in region memory go in copies (`exec.rs`).
+        libc::SYS_execve | libc::SYS_execveat => {
+            return finish(crate::exec::by_syscall(nr, [a, b, c, d, e, f], |v| {
+                // SAFETY: the caller's call, its pieces copied where needed.
+                unsafe { raw(nr, v) }
+            }));
+        }
         libc::SYS_io_uring_setup | libc::SYS_io_setup if crate::active().is_some() => {
             REFUSED.fetch_add(1, Relaxed);
             crate::set_errno(libc::ENOSYS);
