@@ -871,6 +871,27 @@ fn assert_brought_in_after_evictions(s: &serde_json::Value, what: &str) {
     assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
 }
 
+/// System calls that read or write a structure, an address or a pair of
+/// descriptors in the caller's memory (`syscall_structs.c`: bind, connect,
+/// accept, getsockname, getpeername, set/getsockopt, pipe, pipe2,
+/// socketpair, epoll_ctl, waitpid, wait4, getrusage, uname, statfs,
+/// fstatfs, statvfs, get/set/prlimit, sysinfo, nanosleep,
+/// sched_getaffinity, getgroups, sendfile, utimensat), each on memory
+/// evicted or never touched, each result checked against the same call on
+/// the stack. In user mode only and signal mode the first of them failed
+/// with EFAULT before. On every open path, as an unprivileged user too.
+#[test]
+fn calls_that_fill_structures_in_evicted_memory_succeed() {
+    let Some((dir, bin)) = c_program("syscall_structs", &["-O1"]) else {
+        return;
+    };
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (what, out) in on_every_open_path(&user, "16M", &[bin.as_str(), bin.as_str()]) {
+        assert_eq!(out, "ok syscall_structs\n", "{what}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Execs whose path, vectors and strings were evicted (`exec_args.c`:
 /// 64 variables set, the vector built in the heap, then 64 MiB written
 /// under a 16 MiB budget): every member of the family, from the process,

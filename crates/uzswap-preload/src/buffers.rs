@@ -399,6 +399,134 @@ wrap!(truncate(pa: Cs, n: i64) -> [i32] pins |p| { p.path(pa) }
 wrap!(getdents64(fd: i32, b: *mut c_void, n: usize) pins |p| { p.add(b, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut c_void, usize) -> Ssize| f(fd, b, n));
 
+// Addresses, socket options and the descriptors a call returns in memory;
+// what waits and the information calls write back; times the kernel reads.
+// The kernel reads and writes each through the page tables as the calls
+// above: a connect to an address from `getaddrinfo` (heap memory, kept for
+// reconnects), a `pipe` into a freshly allocated structure (never touched:
+// the allocator's fresh memory reads as zeros without a page) or a
+// `waitpid` status in a process table failed with EFAULT (`syscall_structs.c`).
+type Sa = *mut sockaddr;
+type Csa = *const sockaddr;
+type Sl = *mut socklen_t;
+type Ts = *const libc::timespec;
+type Tsm = *mut libc::timespec;
+type Ru = *mut libc::rusage;
+
+impl Pins {
+    /// `n` bytes at `p` the kernel writes, `n` read from `*len` (an address
+    /// and its length, an option and its length), and the length word,
+    /// which it reads and writes back.
+    ///
+    /// # Safety
+    /// `len` is null or the caller's length word.
+    unsafe fn with_len(&mut self, p: *const c_void, len: Sl) {
+        self.add(len as *const _, std::mem::size_of::<socklen_t>(), true);
+        if !len.is_null() {
+            // SAFETY: the caller's length word, pinned above.
+            self.add(p, unsafe { *len } as usize, true);
+        }
+    }
+
+    /// A `T` the kernel writes (or, with `write` false, reads).
+    fn one<T>(&mut self, p: *const T, write: bool) {
+        self.add(p as *const c_void, std::mem::size_of::<T>(), write);
+    }
+}
+
+wrap!(accept(fd: i32, sa: Sa, sl: Sl) -> [i32] pins |p| { p.with_len(sa as *const _, sl) }
+    => |f: unsafe extern "C" fn(i32, Sa, Sl) -> i32| f(fd, sa, sl));
+wrap!(accept4(fd: i32, sa: Sa, sl: Sl, fl: i32) -> [i32] pins |p| { p.with_len(sa as *const _, sl) }
+    => |f: unsafe extern "C" fn(i32, Sa, Sl, i32) -> i32| f(fd, sa, sl, fl));
+wrap!(connect(fd: i32, sa: Csa, sl: socklen_t) -> [i32] pins |p| { p.add(sa as *const _, sl as usize, false) }
+    => |f: unsafe extern "C" fn(i32, Csa, socklen_t) -> i32| f(fd, sa, sl));
+wrap!(bind(fd: i32, sa: Csa, sl: socklen_t) -> [i32] pins |p| { p.add(sa as *const _, sl as usize, false) }
+    => |f: unsafe extern "C" fn(i32, Csa, socklen_t) -> i32| f(fd, sa, sl));
+wrap!(getsockname(fd: i32, sa: Sa, sl: Sl) -> [i32] pins |p| { p.with_len(sa as *const _, sl) }
+    => |f: unsafe extern "C" fn(i32, Sa, Sl) -> i32| f(fd, sa, sl));
+wrap!(getpeername(fd: i32, sa: Sa, sl: Sl) -> [i32] pins |p| { p.with_len(sa as *const _, sl) }
+    => |f: unsafe extern "C" fn(i32, Sa, Sl) -> i32| f(fd, sa, sl));
+wrap!(getsockopt(fd: i32, lv: i32, nm: i32, v: *mut c_void, vl: Sl) -> [i32] pins |p| { p.with_len(v, vl) }
+    => |f: unsafe extern "C" fn(i32, i32, i32, *mut c_void, Sl) -> i32| f(fd, lv, nm, v, vl));
+wrap!(setsockopt(fd: i32, lv: i32, nm: i32, v: *const c_void, vl: socklen_t) -> [i32]
+    pins |p| { p.add(v, vl as usize, false) }
+    => |f: unsafe extern "C" fn(i32, i32, i32, *const c_void, socklen_t) -> i32| f(fd, lv, nm, v, vl));
+wrap!(socketpair(d: i32, t: i32, pr: i32, sv: *mut i32) -> [i32] pins |p| { p.one(sv as *const [i32; 2], true) }
+    => |f: unsafe extern "C" fn(i32, i32, i32, *mut i32) -> i32| f(d, t, pr, sv));
+wrap!(pipe(fds: *mut i32) -> [i32] pins |p| { p.one(fds as *const [i32; 2], true) }
+    => |f: unsafe extern "C" fn(*mut i32) -> i32| f(fds));
+wrap!(pipe2(fds: *mut i32, fl: i32) -> [i32] pins |p| { p.one(fds as *const [i32; 2], true) }
+    => |f: unsafe extern "C" fn(*mut i32, i32) -> i32| f(fds, fl));
+wrap!(wait(st: *mut i32) -> [i32] pins |p| { p.one(st, true) }
+    => |f: unsafe extern "C" fn(*mut i32) -> i32| f(st));
+wrap!(waitpid(pid: i32, st: *mut i32, o: i32) -> [i32] pins |p| { p.one(st, true) }
+    => |f: unsafe extern "C" fn(i32, *mut i32, i32) -> i32| f(pid, st, o));
+wrap!(wait3(st: *mut i32, o: i32, ru: Ru) -> [i32] pins |p| { p.one(st, true); p.one(ru, true) }
+    => |f: unsafe extern "C" fn(*mut i32, i32, Ru) -> i32| f(st, o, ru));
+wrap!(wait4(pid: i32, st: *mut i32, o: i32, ru: Ru) -> [i32] pins |p| { p.one(st, true); p.one(ru, true) }
+    => |f: unsafe extern "C" fn(i32, *mut i32, i32, Ru) -> i32| f(pid, st, o, ru));
+wrap!(waitid(t: u32, id: u32, si: *mut libc::siginfo_t, o: i32) -> [i32] pins |p| { p.one(si, true) }
+    => |f: unsafe extern "C" fn(u32, u32, *mut libc::siginfo_t, i32) -> i32| f(t, id, si, o));
+wrap!(getrusage(who: i32, ru: Ru) -> [i32] pins |p| { p.one(ru, true) }
+    => |f: unsafe extern "C" fn(i32, Ru) -> i32| f(who, ru));
+wrap!(uname(u: *mut libc::utsname) -> [i32] pins |p| { p.one(u, true) }
+    => |f: unsafe extern "C" fn(*mut libc::utsname) -> i32| f(u));
+wrap!(sysinfo(i: *mut libc::sysinfo) -> [i32] pins |p| { p.one(i, true) }
+    => |f: unsafe extern "C" fn(*mut libc::sysinfo) -> i32| f(i));
+wrap!(statfs(pa: Cs, b: *mut libc::statfs) -> [i32] pins |p| { p.path(pa); p.one(b, true) }
+    => |f: unsafe extern "C" fn(Cs, *mut libc::statfs) -> i32| f(pa, b));
+wrap!(fstatfs(fd: i32, b: *mut libc::statfs) -> [i32] pins |p| { p.one(b, true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::statfs) -> i32| f(fd, b));
+wrap!(statfs64(pa: Cs, b: *mut libc::statfs64) -> [i32] pins |p| { p.path(pa); p.one(b, true) }
+    => |f: unsafe extern "C" fn(Cs, *mut libc::statfs64) -> i32| f(pa, b));
+wrap!(fstatfs64(fd: i32, b: *mut libc::statfs64) -> [i32] pins |p| { p.one(b, true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::statfs64) -> i32| f(fd, b));
+// glibc's statvfs calls its statfs internally: no wrapper above sees it.
+wrap!(statvfs(pa: Cs, b: *mut libc::statvfs) -> [i32] pins |p| { p.path(pa); p.one(b, true) }
+    => |f: unsafe extern "C" fn(Cs, *mut libc::statvfs) -> i32| f(pa, b));
+wrap!(fstatvfs(fd: i32, b: *mut libc::statvfs) -> [i32] pins |p| { p.one(b, true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::statvfs) -> i32| f(fd, b));
+wrap!(statvfs64(pa: Cs, b: *mut libc::statvfs64) -> [i32] pins |p| { p.path(pa); p.one(b, true) }
+    => |f: unsafe extern "C" fn(Cs, *mut libc::statvfs64) -> i32| f(pa, b));
+wrap!(fstatvfs64(fd: i32, b: *mut libc::statvfs64) -> [i32] pins |p| { p.one(b, true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::statvfs64) -> i32| f(fd, b));
+wrap!(getrlimit(r: u32, l: *mut libc::rlimit) -> [i32] pins |p| { p.one(l, true) }
+    => |f: unsafe extern "C" fn(u32, *mut libc::rlimit) -> i32| f(r, l));
+wrap!(getrlimit64(r: u32, l: *mut libc::rlimit64) -> [i32] pins |p| { p.one(l, true) }
+    => |f: unsafe extern "C" fn(u32, *mut libc::rlimit64) -> i32| f(r, l));
+wrap!(setrlimit(r: u32, l: *const libc::rlimit) -> [i32] pins |p| { p.one(l, false) }
+    => |f: unsafe extern "C" fn(u32, *const libc::rlimit) -> i32| f(r, l));
+wrap!(setrlimit64(r: u32, l: *const libc::rlimit64) -> [i32] pins |p| { p.one(l, false) }
+    => |f: unsafe extern "C" fn(u32, *const libc::rlimit64) -> i32| f(r, l));
+wrap!(prlimit(pid: i32, r: u32, n: *const libc::rlimit, o: *mut libc::rlimit) -> [i32]
+    pins |p| { p.one(n, false); p.one(o, true) }
+    => |f: unsafe extern "C" fn(i32, u32, *const libc::rlimit, *mut libc::rlimit) -> i32| f(pid, r, n, o));
+wrap!(prlimit64(pid: i32, r: u32, n: *const libc::rlimit64, o: *mut libc::rlimit64) -> [i32]
+    pins |p| { p.one(n, false); p.one(o, true) }
+    => |f: unsafe extern "C" fn(i32, u32, *const libc::rlimit64, *mut libc::rlimit64) -> i32| f(pid, r, n, o));
+wrap!(getgroups(n: i32, l: *mut libc::gid_t) -> [i32]
+    pins |p| { p.add(l as *const _, n.max(0) as usize * std::mem::size_of::<libc::gid_t>(), true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::gid_t) -> i32| f(n, l));
+wrap!(nanosleep(t: Ts, rem: Tsm) -> [i32] pins |p| { p.one(t, false); p.one(rem, true) }
+    => |f: unsafe extern "C" fn(Ts, Tsm) -> i32| f(t, rem));
+wrap!(clock_nanosleep(c: i32, fl: i32, t: Ts, rem: Tsm) -> [i32] pins |p| { p.one(t, false); p.one(rem, true) }
+    => |f: unsafe extern "C" fn(i32, i32, Ts, Tsm) -> i32| f(c, fl, t, rem));
+wrap!(utimensat(d: i32, pa: Cs, t: Ts, fl: i32) -> [i32]
+    pins |p| { p.path(pa); p.one(t as *const [libc::timespec; 2], false) }
+    => |f: unsafe extern "C" fn(i32, Cs, Ts, i32) -> i32| f(d, pa, t, fl));
+wrap!(futimens(fd: i32, t: Ts) -> [i32] pins |p| { p.one(t as *const [libc::timespec; 2], false) }
+    => |f: unsafe extern "C" fn(i32, Ts) -> i32| f(fd, t));
+wrap!(epoll_ctl(ep: i32, op: i32, fd: i32, ev: *mut libc::epoll_event) -> [i32] pins |p| { p.one(ev, false) }
+    => |f: unsafe extern "C" fn(i32, i32, i32, *mut libc::epoll_event) -> i32| f(ep, op, fd, ev));
+wrap!(sched_getaffinity(pid: i32, n: usize, m: *mut libc::cpu_set_t) -> [i32] pins |p| { p.add(m as *const _, n, true) }
+    => |f: unsafe extern "C" fn(i32, usize, *mut libc::cpu_set_t) -> i32| f(pid, n, m));
+wrap!(sched_setaffinity(pid: i32, n: usize, m: *const libc::cpu_set_t) -> [i32] pins |p| { p.add(m as *const _, n, false) }
+    => |f: unsafe extern "C" fn(i32, usize, *const libc::cpu_set_t) -> i32| f(pid, n, m));
+wrap!(sendfile(o: i32, i: i32, off: *mut i64, n: usize) pins |p| { p.one(off, true) }
+    => |f: unsafe extern "C" fn(i32, i32, *mut i64, usize) -> Ssize| f(o, i, off, n));
+wrap!(sendfile64(o: i32, i: i32, off: *mut i64, n: usize) pins |p| { p.one(off, true) }
+    => |f: unsafe extern "C" fn(i32, i32, *mut i64, usize) -> Ssize| f(o, i, off, n));
+
 // Starting a program: the kernel reads the path, the argument and
 // environment vectors and their strings when the child `exec`s, and the
 // child of `posix_spawn` shares our memory until then (`environ` is heap

@@ -1,0 +1,158 @@
+/* System calls that read or write a structure, an address or a pair of
+ * descriptors in the caller's memory, each given memory that was evicted
+ * (written, then pushed out by 64 MiB written under a 16 MiB budget) or
+ * never touched (fresh heap memory: no page until written). Each structure
+ * sits in a 64 KiB chunk of its own, so that a call bringing one in leaves
+ * the others evicted. Every result is checked against the same call made
+ * on the stack. Prints "ok syscall_structs", or the first call that
+ * failed or returned something else, and exits 1. Where the kernel's
+ * faults inside system calls are not served (user mode only, signal
+ * mode), each of these failed with EFAULT. Usage: syscall_structs EXE
+ * (a readable file for sendfile: the program itself). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/sysinfo.h>
+#include <sys/time.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK 65536
+static char *area, *fresh;
+static int next_slot, next_fresh;
+
+/* A chunk of its own in the area written before the evicting pass. */
+static void *slot(void) { return area + CHUNK * next_slot++ + 64; }
+/* A chunk of its own never written. */
+static void *untouched(void) { return fresh + CHUNK * next_fresh++ + 64; }
+
+static int fail(const char *what) {
+    printf("%s: %s\n", what, errno ? strerror(errno) : "wrong result");
+    return 1;
+}
+#define CHECK(what, cond) do { errno = 0; if (!(cond)) return fail(what); } while (0)
+
+static void evict(void) {
+    static char *big;
+    static size_t n = 64 << 20;
+    static int round;
+    if (!big) big = malloc(n);
+    round++;
+    for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: syscall_structs EXE\n"); return 2; }
+    area = malloc(CHUNK * 48 + CHUNK);
+    fresh = malloc(CHUNK * 16 + CHUNK);
+    area = (char *)(((uintptr_t)area + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
+    fresh = (char *)(((uintptr_t)fresh + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
+    memset(area, 0, CHUNK * 48);
+
+    struct sockaddr_in *bind_sa = slot(), *name_sa = slot(), *conn_sa = slot(), *acc_sa = slot(),
+                       *peer_sa = slot();
+    socklen_t *name_len = slot(), *acc_len = slot(), *peer_len = slot(), *opt_len = slot();
+    int *one = slot(), *opt = slot(), *sv = slot(), *p2 = slot(), *status = slot();
+    struct rusage *ru = slot(), *ru2 = slot();
+    struct statfs *sf = slot(), *fsf = slot();
+    struct statvfs *svf = slot();
+    struct rlimit *rl_set = slot(), *rl_old = slot();
+    struct timespec *ts = slot(), *rem = slot(), *times = slot();
+    cpu_set_t *mask = slot();
+    struct epoll_event *ev = slot();
+    off_t *off = slot();
+    gid_t *groups = slot();
+    struct sysinfo *si = slot();
+    int *fds = untouched();
+    struct utsname *u = untouched();
+    struct rlimit *rl = untouched();
+
+    bind_sa->sin_family = AF_INET;
+    bind_sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    *name_len = *acc_len = *peer_len = sizeof(struct sockaddr_in);
+    *opt_len = sizeof(int);
+    *one = 1;
+    struct rlimit now;
+    getrlimit(RLIMIT_NOFILE, &now);
+    *rl_set = now;
+    ts->tv_nsec = 1000;
+    times[0].tv_nsec = times[1].tv_nsec = UTIME_OMIT;
+    ev->events = EPOLLIN;
+    evict();
+
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK("bind", bind(l, (struct sockaddr *)bind_sa, sizeof *bind_sa) == 0);
+    CHECK("listen", listen(l, 4) == 0);
+    CHECK("getsockname", getsockname(l, (struct sockaddr *)name_sa, name_len) == 0 && name_sa->sin_port != 0);
+    *conn_sa = *name_sa;
+    evict();
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK("connect", connect(c, (struct sockaddr *)conn_sa, sizeof *conn_sa) == 0);
+    int a = accept(l, (struct sockaddr *)acc_sa, acc_len);
+    CHECK("accept", a >= 0 && acc_sa->sin_family == AF_INET && *acc_len == sizeof *acc_sa);
+    CHECK("getpeername", getpeername(c, (struct sockaddr *)peer_sa, peer_len) == 0 &&
+                             peer_sa->sin_port == name_sa->sin_port);
+    CHECK("setsockopt", setsockopt(c, SOL_SOCKET, SO_KEEPALIVE, one, sizeof *one) == 0);
+    CHECK("getsockopt", getsockopt(c, SOL_SOCKET, SO_KEEPALIVE, opt, opt_len) == 0 && *opt == 1);
+    evict();
+
+    char b = 0;
+    CHECK("pipe", pipe(fds) == 0 && write(fds[1], "p", 1) == 1 && read(fds[0], &b, 1) == 1 && b == 'p');
+    CHECK("pipe2", pipe2(p2, O_CLOEXEC) == 0 && write(p2[1], "q", 1) == 1 && read(p2[0], &b, 1) == 1 && b == 'q');
+    CHECK("socketpair", socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0 && write(sv[0], "s", 1) == 1 &&
+                            read(sv[1], &b, 1) == 1 && b == 's');
+    int ep = epoll_create1(0);
+    CHECK("epoll_ctl", epoll_ctl(ep, EPOLL_CTL_ADD, fds[0], ev) == 0);
+    evict();
+
+    pid_t pid = fork();
+    if (pid == 0) _exit(7);
+    CHECK("waitpid", waitpid(pid, status, 0) == pid && WIFEXITED(*status) && WEXITSTATUS(*status) == 7);
+    pid = fork();
+    if (pid == 0) _exit(9);
+    CHECK("wait4", wait4(pid, status, 0, ru) == pid && WEXITSTATUS(*status) == 9);
+    CHECK("getrusage", getrusage(RUSAGE_SELF, ru2) == 0 && ru2->ru_maxrss > 0);
+    evict();
+
+    struct utsname us;
+    uname(&us);
+    CHECK("uname", uname(u) == 0 && !strcmp(u->sysname, us.sysname) && !strcmp(u->release, us.release));
+    CHECK("statfs", statfs("/", sf) == 0 && sf->f_bsize > 0);
+    CHECK("fstatfs", fstatfs(l, fsf) == 0 && fsf->f_type != 0);
+    CHECK("statvfs", statvfs("/", svf) == 0 && svf->f_bsize > 0);
+    CHECK("getrlimit", getrlimit(RLIMIT_NOFILE, rl) == 0 && rl->rlim_cur == now.rlim_cur);
+    CHECK("setrlimit", setrlimit(RLIMIT_NOFILE, rl_set) == 0);
+    CHECK("prlimit", prlimit(0, RLIMIT_NOFILE, NULL, rl_old) == 0 && rl_old->rlim_max == now.rlim_max);
+    CHECK("sysinfo", sysinfo(si) == 0 && si->uptime > 0);
+    evict();
+
+    CHECK("nanosleep", nanosleep(ts, rem) == 0);
+    cpu_set_t m;
+    sched_getaffinity(0, sizeof m, &m);
+    CHECK("sched_getaffinity", sched_getaffinity(0, sizeof *mask, mask) == 0 && CPU_COUNT(mask) == CPU_COUNT(&m));
+    int ng = getgroups(0, NULL);
+    CHECK("getgroups", getgroups(ng, groups) == ng);
+    int f = open(argv[1], O_RDONLY);
+    *off = 0;
+    evict();
+    CHECK("sendfile", f >= 0 && sendfile(p2[1], f, off, 4) == 4 && *off == 4);
+    CHECK("utimensat", utimensat(AT_FDCWD, argv[1], times, 0) == 0);
+    printf("ok syscall_structs\n");
+    return 0;
+}
