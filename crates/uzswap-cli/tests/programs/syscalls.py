@@ -1,8 +1,13 @@
 # System calls that read and write program memory while most of it is
-# evicted: write/read, pwrite/pread, writev/readv, send/recv. Every call
-# must succeed and every byte must come back. Prints "ok N" or fails.
-import os, socket, sys, tempfile
+# evicted: write/read, pwrite/pread, writev/readv, send/recv, and a
+# subprocess started with an environment set long before (the strings,
+# heap memory, evicted: its exec failed with EFAULT where the kernel's
+# faults are not served). Every call must succeed and every byte must come
+# back. Prints "ok N" or fails.
+import os, socket, subprocess, sys, tempfile
 MB = 1 << 20
+for i in range(64):
+    os.environ["UZ_VAR_%d" % i] = chr(97 + i % 26) * 300
 # Buffers made first are evicted by the time the calls below use them
 # (CPython's os.preadv and os.pwritev call preadv2 and pwritev2).
 targets = [bytearray(b"\xaa") * MB for _ in range(8)]
@@ -51,4 +56,6 @@ for b in blocks[:16]:
         n = c.recv_into(chunk); calls += 1
         got += chunk[:n]
     check(bytes(got), b[:100000], "socket")
+sh = 'test "$UZ_VAR_63" = "$(printf %0300d 0 | tr 0 l)" && echo sub-ok'
+check(subprocess.run(["/bin/sh", "-c", sh], capture_output=True).stdout, b"sub-ok\n", "subprocess"); calls += 1
 print("ok", calls)
