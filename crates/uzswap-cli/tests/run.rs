@@ -885,7 +885,9 @@ fn assert_brought_in_after_evictions(s: &serde_json::Value, what: &str) {
 /// fstatfs, statvfs, get/set/prlimit, sysinfo, nanosleep,
 /// sched_getaffinity, getgroups, sendfile, utimensat), each on memory
 /// evicted or never touched, each result checked against the same call on
-/// the stack. In user mode only and signal mode the first of them failed
+/// the stack; then the path calls (chown, lchown, fchownat, fchmodat,
+/// linkat, symlinkat, mkfifo, utimes, utime, inotify_add_watch, the
+/// extended attribute calls) and getentropy. In user mode only and signal mode the first of them failed
 /// with EFAULT before. On every open path, as an unprivileged user too.
 #[test]
 fn calls_that_fill_structures_in_evicted_memory_succeed() {

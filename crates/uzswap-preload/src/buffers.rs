@@ -398,6 +398,70 @@ wrap!(truncate(pa: Cs, n: i64) -> [i32] pins |p| { p.path(pa) }
     => |f: unsafe extern "C" fn(Cs, i64) -> i32| f(pa, n));
 wrap!(getdents64(fd: i32, b: *mut c_void, n: usize) pins |p| { p.add(b, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut c_void, usize) -> Ssize| f(fd, b, n));
+// The rest of the calls CPython's `os` module makes with a path (`os.chown`,
+// `os.link` (linkat), `os.mkfifo`, `os.utime` without a descriptor,
+// `os.getxattr`...), and the extended attributes' names and values.
+type Cv = *const c_void;
+type Mv = *mut c_void;
+wrap!(chown(pa: Cs, u: u32, g: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32, u32) -> i32| f(pa, u, g));
+wrap!(lchown(pa: Cs, u: u32, g: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32, u32) -> i32| f(pa, u, g));
+wrap!(fchownat(d: i32, pa: Cs, u: u32, g: u32, fl: i32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, u32, u32, i32) -> i32| f(d, pa, u, g, fl));
+wrap!(fchmodat(d: i32, pa: Cs, m: u32, fl: i32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, u32, i32) -> i32| f(d, pa, m, fl));
+wrap!(linkat(da: i32, a: Cs, db: i32, b: Cs, fl: i32) -> [i32] pins |p| { p.path(a); p.path(b) }
+    => |f: unsafe extern "C" fn(i32, Cs, i32, Cs, i32) -> i32| f(da, a, db, b, fl));
+wrap!(symlinkat(a: Cs, d: i32, b: Cs) -> [i32] pins |p| { p.path(a); p.path(b) }
+    => |f: unsafe extern "C" fn(Cs, i32, Cs) -> i32| f(a, d, b));
+wrap!(mkfifo(pa: Cs, m: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(pa, m));
+wrap!(mkfifoat(d: i32, pa: Cs, m: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, u32) -> i32| f(d, pa, m));
+wrap!(mknod(pa: Cs, m: u32, dev: u64) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, u32, u64) -> i32| f(pa, m, dev));
+wrap!(mknodat(d: i32, pa: Cs, m: u32, dev: u64) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, u32, u64) -> i32| f(d, pa, m, dev));
+wrap!(utime(pa: Cs, t: *const libc::utimbuf) -> [i32] pins |p| { p.path(pa); p.one(t, false) }
+    => |f: unsafe extern "C" fn(Cs, *const libc::utimbuf) -> i32| f(pa, t));
+wrap!(utimes(pa: Cs, t: *const libc::timeval) -> [i32]
+    pins |p| { p.path(pa); p.one(t as *const [libc::timeval; 2], false) }
+    => |f: unsafe extern "C" fn(Cs, *const libc::timeval) -> i32| f(pa, t));
+wrap!(chroot(pa: Cs) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs) -> i32| f(pa));
+wrap!(inotify_add_watch(fd: i32, pa: Cs, m: u32) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, u32) -> i32| f(fd, pa, m));
+wrap!(getxattr(pa: Cs, nm: Cs, v: Mv, n: usize) pins |p| { p.path(pa); p.path(nm); p.add(v, n, true) }
+    => |f: unsafe extern "C" fn(Cs, Cs, Mv, usize) -> Ssize| f(pa, nm, v, n));
+wrap!(lgetxattr(pa: Cs, nm: Cs, v: Mv, n: usize) pins |p| { p.path(pa); p.path(nm); p.add(v, n, true) }
+    => |f: unsafe extern "C" fn(Cs, Cs, Mv, usize) -> Ssize| f(pa, nm, v, n));
+wrap!(fgetxattr(fd: i32, nm: Cs, v: Mv, n: usize) pins |p| { p.path(nm); p.add(v, n, true) }
+    => |f: unsafe extern "C" fn(i32, Cs, Mv, usize) -> Ssize| f(fd, nm, v, n));
+wrap!(setxattr(pa: Cs, nm: Cs, v: Cv, n: usize, fl: i32) -> [i32]
+    pins |p| { p.path(pa); p.path(nm); p.add(v, n, false) }
+    => |f: unsafe extern "C" fn(Cs, Cs, Cv, usize, i32) -> i32| f(pa, nm, v, n, fl));
+wrap!(lsetxattr(pa: Cs, nm: Cs, v: Cv, n: usize, fl: i32) -> [i32]
+    pins |p| { p.path(pa); p.path(nm); p.add(v, n, false) }
+    => |f: unsafe extern "C" fn(Cs, Cs, Cv, usize, i32) -> i32| f(pa, nm, v, n, fl));
+wrap!(fsetxattr(fd: i32, nm: Cs, v: Cv, n: usize, fl: i32) -> [i32]
+    pins |p| { p.path(nm); p.add(v, n, false) }
+    => |f: unsafe extern "C" fn(i32, Cs, Cv, usize, i32) -> i32| f(fd, nm, v, n, fl));
+wrap!(listxattr(pa: Cs, l: *mut libc::c_char, n: usize) pins |p| { p.path(pa); p.add(l as *const _, n, true) }
+    => |f: unsafe extern "C" fn(Cs, *mut libc::c_char, usize) -> Ssize| f(pa, l, n));
+wrap!(llistxattr(pa: Cs, l: *mut libc::c_char, n: usize) pins |p| { p.path(pa); p.add(l as *const _, n, true) }
+    => |f: unsafe extern "C" fn(Cs, *mut libc::c_char, usize) -> Ssize| f(pa, l, n));
+wrap!(flistxattr(fd: i32, l: *mut libc::c_char, n: usize) pins |p| { p.add(l as *const _, n, true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::c_char, usize) -> Ssize| f(fd, l, n));
+wrap!(removexattr(pa: Cs, nm: Cs) -> [i32] pins |p| { p.path(pa); p.path(nm) }
+    => |f: unsafe extern "C" fn(Cs, Cs) -> i32| f(pa, nm));
+wrap!(lremovexattr(pa: Cs, nm: Cs) -> [i32] pins |p| { p.path(pa); p.path(nm) }
+    => |f: unsafe extern "C" fn(Cs, Cs) -> i32| f(pa, nm));
+wrap!(fremovexattr(fd: i32, nm: Cs) -> [i32] pins |p| { p.path(nm) }
+    => |f: unsafe extern "C" fn(i32, Cs) -> i32| f(fd, nm));
+// glibc's getentropy calls its getrandom internally.
+wrap!(getentropy(b: Mv, n: usize) -> [i32] pins |p| { p.add(b, n, true) }
+    => |f: unsafe extern "C" fn(Mv, usize) -> i32| f(b, n));
 
 // Addresses, socket options and the descriptors a call returns in memory;
 // what waits and the information calls write back; times the kernel reads.

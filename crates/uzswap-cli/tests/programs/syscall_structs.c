@@ -7,8 +7,10 @@
  * on the stack. Prints "ok syscall_structs", or the first call that
  * failed or returned something else, and exits 1. Where the kernel's
  * faults inside system calls are not served (user mode only, signal
- * mode), each of these failed with EFAULT. Usage: syscall_structs EXE
- * (a readable file for sendfile: the program itself). */
+ * mode), each of these failed with EFAULT. Then the calls that take a
+ * path, their names and values in evicted memory, in a directory of their
+ * own under /tmp. Usage: syscall_structs EXE (a readable file for
+ * sendfile: the program itself). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,8 +31,11 @@
 #include <sys/sysinfo.h>
 #include <sys/time.h>
 #include <sys/utsname.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
+#include <utime.h>
 #include <unistd.h>
 
 #define CHUNK 65536
@@ -59,11 +64,11 @@ static void evict(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: syscall_structs EXE\n"); return 2; }
-    area = malloc(CHUNK * 48 + CHUNK);
+    area = malloc(CHUNK * 64 + CHUNK);
     fresh = malloc(CHUNK * 16 + CHUNK);
     area = (char *)(((uintptr_t)area + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
     fresh = (char *)(((uintptr_t)fresh + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
-    memset(area, 0, CHUNK * 48);
+    memset(area, 0, CHUNK * 64);
 
     struct sockaddr_in *bind_sa = slot(), *name_sa = slot(), *conn_sa = slot(), *acc_sa = slot(),
                        *peer_sa = slot();
@@ -153,6 +158,52 @@ int main(int argc, char **argv) {
     evict();
     CHECK("sendfile", f >= 0 && sendfile(p2[1], f, off, 4) == 4 && *off == 4);
     CHECK("utimensat", utimensat(AT_FDCWD, argv[1], times, 0) == 0);
+
+    /* Paths, attribute names and values. */
+    char *dir = slot(), *file = slot(), *fifo = slot(), *hard = slot(), *sym = slot(),
+         *xname = slot(), *xval = slot(), *list = slot(), *entropy = slot();
+    struct timeval *tv = slot();
+    struct utimbuf *ub = slot();
+    strcpy(dir, "/tmp/uzswap-structs-XXXXXX");
+    CHECK("mkdtemp", mkdtemp(dir) != NULL);
+    snprintf(file, 128, "%s/file", dir);
+    snprintf(fifo, 128, "%s/fifo", dir);
+    snprintf(hard, 128, "%s/hard", dir);
+    snprintf(sym, 128, "%s/sym", dir);
+    strcpy(xname, "user.uzswap");
+    strcpy(xval, "value");
+    int fd = open(file, O_CREAT | O_WRONLY, 0600);
+    CHECK("open", fd >= 0);
+    gettimeofday(&tv[0], NULL);
+    tv[1] = tv[0];
+    ub->actime = ub->modtime = tv[0].tv_sec;
+    int in = inotify_init1(0);
+    evict();
+    CHECK("chown", chown(file, getuid(), getgid()) == 0);
+    CHECK("lchown", lchown(file, getuid(), getgid()) == 0);
+    CHECK("fchownat", fchownat(AT_FDCWD, file, getuid(), getgid(), 0) == 0);
+    CHECK("fchmodat", fchmodat(AT_FDCWD, file, 0640, 0) == 0);
+    CHECK("linkat", linkat(AT_FDCWD, file, AT_FDCWD, hard, 0) == 0);
+    CHECK("symlinkat", symlinkat(file, AT_FDCWD, sym) == 0);
+    CHECK("mkfifo", mkfifo(fifo, 0600) == 0);
+    CHECK("utimes", utimes(file, tv) == 0);
+    CHECK("utime", utime(file, ub) == 0);
+    CHECK("inotify_add_watch", inotify_add_watch(in, dir, IN_CREATE) >= 0);
+    /* The file system may not take user attributes: any answer but EFAULT. */
+    errno = 0;
+    int set = setxattr(file, xname, xval, 5, 0);
+    CHECK("setxattr", set == 0 || errno != EFAULT);
+    errno = 0;
+    ssize_t got = getxattr(file, xname, list, 64);
+    CHECK("getxattr", set != 0 ? errno != EFAULT : got == 5 && !memcmp(list, "value", 5));
+    errno = 0;
+    CHECK("listxattr", listxattr(file, list, 256) >= 0 || errno != EFAULT);
+    CHECK("getentropy", getentropy(entropy, 32) == 0);
+    unlink(sym);
+    unlink(hard);
+    unlink(fifo);
+    unlink(file);
+    rmdir(dir);
     printf("ok syscall_structs\n");
     return 0;
 }
