@@ -870,12 +870,20 @@ fn assert_brought_in_after_evictions(s: &serde_json::Value, what: &str) {
     let p = &procs[0];
     assert_eq!(p["forks_brought_in"], 1, "{what}: {p}");
     assert_eq!(p["forks_shared"], 0, "{what}: {p}");
+    assert_evicted_and_clean(p, procs, what);
+}
+
+/// `parent` evicted most of its 64 MiB, and none of `procs` had a fault
+/// error or a checksum failure.
+fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Value], what: &str) {
     assert!(
-        p["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
-        "{what}: the parent evicted little: {p}"
+        parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
+        "{what}: the parent evicted little: {parent}"
     );
-    assert_eq!(p["fault_errors"], 0, "{what}: {p}");
-    assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
+    for p in procs {
+        assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+        assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
+    }
 }
 
 /// System calls that read or write a structure, an address or a pair of
@@ -887,8 +895,9 @@ fn assert_brought_in_after_evictions(s: &serde_json::Value, what: &str) {
 /// evicted or never touched, each result checked against the same call on
 /// the stack; then the path calls (chown, lchown, fchownat, fchmodat,
 /// linkat, symlinkat, mkfifo, utimes, utime, inotify_add_watch, the
-/// extended attribute calls) and getentropy. In user mode only and signal mode the first of them failed
-/// with EFAULT before. On every open path, as an unprivileged user too.
+/// extended attribute calls) and getentropy. In user mode only and signal
+/// mode the first of each part failed with EFAULT before. On every open
+/// path, as an unprivileged user too.
 #[test]
 fn calls_that_fill_structures_in_evicted_memory_succeed() {
     let Some((dir, bin)) = c_program("syscall_structs", &["-O1"]) else {
@@ -949,14 +958,7 @@ fn assert_shared_after_evictions(s: &serde_json::Value, what: &str) {
         .iter()
         .find(|p| p["forks_shared"] == 1)
         .unwrap_or_else(|| panic!("{what}: no fork shared: {s}"));
-    assert!(
-        parent["evicted_chunks"].as_u64().unwrap() > (32 << 20) / 65536,
-        "{what}: the parent evicted little: {parent}"
-    );
-    for p in procs {
-        assert_eq!(p["fault_errors"], 0, "{what}: {p}");
-        assert_eq!(p["checksum_fail"], 0, "{what}: {p}");
-    }
+    assert_evicted_and_clean(parent, procs, what);
 }
 
 /// A program's fork flags on memory evicted at the fork (`fork_flags.c`):
