@@ -127,6 +127,11 @@ impl ZsPool {
                 );
             }
             span.fill_slot(slot, index);
+            if let Some(next) = span.next_slot() {
+                // SAFETY: next < objs_per_span: inside the span's run.
+                let at = unsafe { span.mem.as_ptr().add(next as usize * layout.size as usize) };
+                prefetch_for_store(at, layout.size as usize);
+            }
             (span.id, slot)
         };
         inner.occupied += 1;
@@ -479,4 +484,32 @@ fn prefetch_line(p: *const u8) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+/// Ask for the cache lines of the slot the class's next store will likely
+/// take (its span's next free slot), while that store's page is still being
+/// compressed. The copy into a slot writes lines nobody has read since the
+/// provider faulted the page in, and the class lock's release waits for
+/// every one of those writes to own its line: 82% of this function's own
+/// samples fell on the release (`bench engine`, lz4 index pages). Fetched
+/// ahead into L2 (exclusive where no other core has them, so the write
+/// needs no further request; L1, with the `ET0` hint, is left to the
+/// compressor's tables), index pages stored at 0.87-0.89 of raw lz4's
+/// speed, not 0.82-0.84, and `bench compare`'s uzswap cells did not move
+/// (docs/BENCHMARKS.md, "The next slot fetched ahead"). A prefetch is a
+/// hint: a slot another store takes first, or a store of another class,
+/// wastes a few lines of bandwidth.
+fn prefetch_for_store(p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..len).step_by(64) {
+        // SAFETY: a prefetch is a hint: it never faults, whatever the
+        // address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                p.wrapping_add(off) as *const i8,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
 }

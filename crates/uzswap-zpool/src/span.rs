@@ -230,6 +230,11 @@ impl SpanData {
         Some(slot)
     }
 
+    /// The slot [`Span::take_slot`] would take next, if any.
+    pub(crate) fn next_slot(&self) -> Option<u32> {
+        (self.free_head != NIL).then_some(u32::from(self.free_head))
+    }
+
     /// Record the object (handle `index`) now stored in a taken slot.
     pub(crate) fn fill_slot(&mut self, slot: u32, index: u32) {
         debug_assert_eq!(index & TAGS, 0);
