@@ -230,6 +230,32 @@ fn preload_path(a: &Args) -> Result<PathBuf> {
 
 /// Each process's figures from a `--stats` file (the library appends one
 /// JSON line per process as it exits); lines that do not parse are skipped.
+/// A new directory of this run's own under the temporary directory, for
+/// the figures `--json` collects. The file was `uzswap-run-PID.json`, kept
+/// after the run where a process outliving the runner (a daemon) wrote its
+/// figures late: a later run with the same process id then read that
+/// process into its summary (a test saw a stranger among its processes).
+/// A process still running when the directory is gone cannot create its
+/// file there, and the library then writes nothing.
+fn private_dir() -> Result<std::path::PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    for n in 0..64u32 {
+        let d =
+            std::env::temp_dir().join(format!("uzswap-run-{}-{nanos:x}-{n}", std::process::id()));
+        match std::fs::create_dir(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", d.display())),
+        }
+    }
+    anyhow::bail!(
+        "no new directory for the figures under {}",
+        std::env::temp_dir().display()
+    )
+}
+
 pub fn read_stats(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -285,9 +311,15 @@ pub fn run(a: Args) -> Result<()> {
     let prog = resolve(&a.cmd[0])?;
     check_program(&prog)?;
     let lib = preload_path(&a)?;
-    let tmp_stats = (a.json && a.stats.is_none())
-        .then(|| std::env::temp_dir().join(format!("uzswap-run-{}.json", std::process::id())));
-    let stats = a.stats.clone().or(tmp_stats.clone());
+    let tmp_dir = if a.json && a.stats.is_none() {
+        Some(private_dir()?)
+    } else {
+        None
+    };
+    let stats = a
+        .stats
+        .clone()
+        .or(tmp_dir.as_ref().map(|d| d.join("stats.json")));
     let mut preload = lib.into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");
@@ -333,6 +365,10 @@ pub fn run(a: Args) -> Result<()> {
         (
             "UZSWAP_STATS",
             stats.as_ref().map(|s| s.clone().into_os_string()),
+        ),
+        (
+            "UZSWAP_STATS_COLLECTED",
+            tmp_dir.is_some().then(|| "1".into()),
         ),
         (
             "UZSWAP_STATS_EVERY",
@@ -416,8 +452,8 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
-    if let Some(t) = tmp_stats {
-        let _ = std::fs::remove_file(t);
+    if let Some(d) = tmp_dir {
+        let _ = std::fs::remove_dir_all(d);
     }
     if let Some(sig) = status.signal() {
         if sig == libc::SIGBUS {

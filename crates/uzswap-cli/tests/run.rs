@@ -846,6 +846,12 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
             let lines: Vec<&str> = out.lines().filter(|l| !l.starts_with('{')).collect();
             assert_eq!(lines, [format!("ok fork_paths {mode}")], "{what}: {out}");
             if mode == "daemon" {
+                // The daemon outlives the runner, which removed the
+                // directory its figures would go to: it writes none, and
+                // says nothing (it had left a stale `uzswap-run-PID.json`
+                // that a later run with the same process id read).
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert!(!err.contains("writing figures"), "{what}: {err}");
                 continue;
             }
             let s: serde_json::Value =
@@ -857,6 +863,48 @@ fn forks_made_inside_glibc_and_fork_handlers_see_every_evicted_byte() {
             }
         }
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--json` collects the figures in a directory of the run's own and
+/// removes it, also where a process outlives the runner and would write its
+/// figures late (a daemon). The runner's file was `uzswap-run-PID.json`, and
+/// a daemon's late figures left it behind: a later run given the same
+/// process id read that stranger into its summary (a CI run of the fork
+/// test found one).
+#[test]
+fn a_json_run_leaves_no_figures_behind() {
+    let Some((dir, bin)) = c_program("fork_paths", &["-O1", "-pthread"]) else {
+        return;
+    };
+    let child = Command::new(uzswap())
+        .args(["run", "--preload"])
+        .arg(preload())
+        .args(["--budget", "16M", "--json", "--", bin.as_str(), "daemon"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("uzswap run");
+    let pid = child.id();
+    // Returns once the daemon, which keeps the pipes, has exited too.
+    let o = child.wait_with_output().unwrap();
+    let out = ok(&o, "fork_paths daemon");
+    let summary = out.lines().find(|l| l.starts_with('{')).expect("summary");
+    let s: serde_json::Value = serde_json::from_str(summary).unwrap();
+    // The program's own process ends inside `daemon` (`_exit`, no
+    // figures); the daemon's come after the summary. No one else's.
+    for p in s["processes"].as_array().unwrap() {
+        assert!(p["program"].as_str().unwrap().contains("fork_paths"), "{s}");
+    }
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("uzswap-run-{pid}")))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("writing figures"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

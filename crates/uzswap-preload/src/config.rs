@@ -12,6 +12,7 @@
 //! | `UZSWAP_FAR_SIZE` | size of the far tier behind the file (default: as large as the file) |
 //! | `UZSWAP_WRITEBACK_PLAIN` | `1`: pages go to the swap file unsealed (default: AES-256-GCM) |
 //! | `UZSWAP_STATS` | file the figures are appended to at exit (`-`: stderr) |
+//! | `UZSWAP_STATS_COLLECTED` | `1`: the file is in a directory `uzswap run --json` removes when the run ends; a process that outlives it writes nothing |
 //! | `UZSWAP_STATS_EVERY` | also every this many seconds |
 //! | `UZSWAP_NO_INHERIT` | programs this one execs run without uzswap |
 //! | `UZSWAP_FORK_INSTANCE` | `1`: a forked child takes its memory over with an instance of its own (`fork.rs`) |
@@ -36,6 +37,9 @@ pub struct Config {
     pub writeback_plain: bool,
     pub remote: Option<uzswap::swap::RemoteConfig>,
     pub stats: Option<String>,
+    /// `stats` is in a directory `uzswap run --json` made for one run and
+    /// removes when it ends (`UZSWAP_STATS_COLLECTED`).
+    pub stats_collected: bool,
     pub stats_every: Option<f64>,
     pub no_inherit: bool,
     /// A forked child gets an instance of its own (`UZSWAP_FORK_INSTANCE`).
@@ -124,6 +128,7 @@ impl Config {
             remote: writeback.map(|(_, r)| r),
             far_size: num("UZSWAP_FAR_SIZE")?.unwrap_or(0),
             stats: var("UZSWAP_STATS"),
+            stats_collected: var("UZSWAP_STATS_COLLECTED").is_some_and(|v| v != "0"),
             stats_every,
             no_inherit: var("UZSWAP_NO_INHERIT").is_some_and(|v| v != "0"),
             fork_instance: var("UZSWAP_FORK_INSTANCE").is_some_and(|v| v != "0"),

@@ -68,6 +68,10 @@ fn emit(st: &State, event: &str) {
                 Ok(mut f) => {
                     let _ = f.write_all(l.as_bytes());
                 }
+                // The directory `uzswap run --json` made for them is gone:
+                // the run that collects them is over (this process outlived
+                // it, as a daemon does), and nothing will read them.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && st.cfg.stats_collected => {}
                 Err(e) => eprintln!("uzswap: writing figures to {path}: {e}"),
             }
         }
