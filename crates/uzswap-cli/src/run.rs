@@ -228,8 +228,6 @@ fn preload_path(a: &Args) -> Result<PathBuf> {
     Ok(p.canonicalize()?)
 }
 
-/// Each process's figures from a `--stats` file (the library appends one
-/// JSON line per process as it exits); lines that do not parse are skipped.
 /// A new directory of this run's own under the temporary directory, for
 /// the figures `--json` collects. The file was `uzswap-run-PID.json`, kept
 /// after the run where a process outliving the runner (a daemon) wrote its
@@ -256,6 +254,8 @@ fn private_dir() -> Result<std::path::PathBuf> {
     )
 }
 
+/// Each process's figures from a `--stats` file (the library appends one
+/// JSON line per process as it exits); lines that do not parse are skipped.
 pub fn read_stats(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()

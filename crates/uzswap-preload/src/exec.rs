@@ -88,24 +88,35 @@ unsafe fn in_regions(s: Str) -> Option<usize> {
     crate::vma::overlaps_regions(s as usize, s as usize + len).then_some(len)
 }
 
-/// What copying `a` out of the regions takes: the bytes of its new vectors
-/// and of its strings in region memory; None where nothing lies there.
+/// What copying an exec's arguments out of the regions takes: the vectors'
+/// entries (read once: a copy never writes past what was counted) and the
+/// bytes of the new vectors and of the strings in region memory.
+#[derive(Clone, Copy)]
+struct Plan {
+    argc: usize,
+    envc: usize,
+    bytes: usize,
+}
+
+/// The copy `a` needs; None where nothing of it lies in region memory.
+/// Reads every piece (a fault on one brings it in).
 ///
 /// # Safety
 /// As the exec call's own arguments.
-unsafe fn copy_size(a: Args) -> Option<usize> {
+unsafe fn plan(a: Args) -> Option<Plan> {
     // SAFETY: the caller's path and vectors, NULL-terminated, as the exec
     // call requires them.
     unsafe {
-        let (na, ne) = (entries(a.argv), entries(a.envp));
-        let vectors = |v: Argv, n: usize| {
-            !v.is_null() && crate::vma::overlaps_regions(v as usize, v as usize + (n + 1) * 8)
+        let (argc, envc) = (entries(a.argv), entries(a.envp));
+        let word = std::mem::size_of::<Str>();
+        let vector = |v: Argv, n: usize| {
+            !v.is_null() && crate::vma::overlaps_regions(v as usize, v as usize + (n + 1) * word)
         };
-        let mut any = vectors(a.argv, na) || vectors(a.envp, ne);
-        let mut bytes = 0;
-        let strings = (0..na)
+        let mut any = vector(a.argv, argc) || vector(a.envp, envc);
+        let mut bytes = (argc + 1 + envc + 1) * word;
+        let strings = (0..argc)
             .map(|i| *a.argv.add(i))
-            .chain((0..ne).map(|i| *a.envp.add(i)))
+            .chain((0..envc).map(|i| *a.envp.add(i)))
             .chain(std::iter::once(a.path));
         for s in strings {
             if let Some(len) = in_regions(s) {
@@ -113,57 +124,51 @@ unsafe fn copy_size(a: Args) -> Option<usize> {
                 bytes += len;
             }
         }
-        any.then_some((na + 1 + ne + 1) * std::mem::size_of::<Str>() + bytes)
+        any.then_some(Plan { argc, envc, bytes })
     }
 }
 
-/// `a` with every piece in region memory copied into `buf` (at least
-/// `copy_size(a)` bytes, pointer-aligned).
+/// `a` with its vectors rebuilt in `buf` (`p.bytes`, pointer-aligned) and
+/// every string in region memory copied there. A string grown since `p`
+/// was made (another thread writing it) is passed as it is rather than
+/// copied past the buffer.
 ///
 /// # Safety
-/// As [`copy_size`]; `buf` is writable for that many bytes.
-unsafe fn copy_into(a: Args, buf: *mut u8) -> Args {
-    // SAFETY: the caller's path and vectors, and a buffer as large as
-    // `copy_size` counted: the new vectors first, then the strings.
+/// As [`plan`]; `buf` is writable for `p.bytes` bytes.
+unsafe fn copy_into(a: Args, p: Plan, buf: *mut u8) -> Args {
+    // SAFETY: the caller's path and vectors, read no further than `p`
+    // counted, and a buffer of `p.bytes`: the new vectors first, then the
+    // strings, each copied only if it fits.
     unsafe {
-        let (na, ne) = (entries(a.argv), entries(a.envp));
+        let end = buf.add(p.bytes);
         let argv = buf as *mut Str;
-        let envp = argv.add(na + 1);
-        let mut next = envp.add(ne + 1) as *mut u8;
+        let envp = argv.add(p.argc + 1);
+        let mut next = envp.add(p.envc + 1) as *mut u8;
         let mut copy = |s: Str| -> Str {
             match in_regions(s) {
-                Some(len) => {
+                Some(len) if len <= end.offset_from(next) as usize => {
                     std::ptr::copy_nonoverlapping(s as *const u8, next, len);
                     let c = next as Str;
                     next = next.add(len);
                     c
                 }
-                None => s,
+                _ => s,
             }
         };
-        for i in 0..na {
+        for i in 0..p.argc {
             *argv.add(i) = copy(*a.argv.add(i));
         }
-        *argv.add(na) = std::ptr::null();
-        for i in 0..ne {
+        *argv.add(p.argc) = std::ptr::null();
+        for i in 0..p.envc {
             *envp.add(i) = copy(*a.envp.add(i));
         }
-        *envp.add(ne) = std::ptr::null();
+        *envp.add(p.envc) = std::ptr::null();
         Args {
             path: copy(a.path),
             argv: if a.argv.is_null() { a.argv } else { argv },
             envp: if a.envp.is_null() { a.envp } else { envp },
         }
     }
-}
-
-/// Read every piece of `a` in place: a fault on one brings it in.
-///
-/// # Safety
-/// As [`copy_size`].
-unsafe fn touch(a: Args) {
-    // SAFETY: as `copy_size`, which reads every piece.
-    let _ = unsafe { copy_size(a) };
 }
 
 /// Call `exec` with `a`, or with a copy of it out of the regions where the
@@ -176,21 +181,22 @@ unsafe fn with_args<R>(a: Args, exec: impl FnOnce(Args) -> R) -> R {
     let Some(st) = crate::active().filter(|st| st.pin_buffers) else {
         return exec(a);
     };
-    // SAFETY: the caller's arguments.
-    let Some(size) = (unsafe { copy_size(a) }) else {
+    // SAFETY: the caller's arguments; `plan` reads (and so brings in)
+    // every piece, which is what the fallbacks below rely on.
+    let Some(p) = (unsafe { plan(a) }) else {
         return exec(a);
     };
     // SAFETY: getpid has no preconditions.
     if st.pid != unsafe { libc::getpid() } {
-        // A `vfork` child: nothing it maps may outlive its exec.
-        if size <= STACK_COPY {
-            return on_stack(a, exec);
-        }
-        // SAFETY: as above.
-        unsafe { touch(a) };
-        return exec(a);
+        // A `vfork` child: nothing it maps may outlive its exec. Past the
+        // stack's copy, the pieces were just read in place by `plan`.
+        return if p.bytes <= STACK_COPY {
+            on_stack(a, p, exec)
+        } else {
+            exec(a)
+        };
     }
-    let len = size.next_multiple_of(4096);
+    let len = p.bytes.next_multiple_of(4096);
     // SAFETY: a new private anonymous mapping (a raw call: not a region).
     let m = unsafe {
         real::mmap(
@@ -203,12 +209,10 @@ unsafe fn with_args<R>(a: Args, exec: impl FnOnce(Args) -> R) -> R {
         )
     };
     if m == libc::MAP_FAILED {
-        // SAFETY: as above.
-        unsafe { touch(a) };
         return exec(a);
     }
-    // SAFETY: the mapping holds `size` bytes, page-aligned.
-    let r = exec(unsafe { copy_into(a, m as *mut u8) });
+    // SAFETY: the mapping holds `p.bytes` bytes, page-aligned.
+    let r = exec(unsafe { copy_into(a, p, m as *mut u8) });
     let e = crate::errno();
     // SAFETY: the mapping made above, unused once the call returned.
     unsafe { real::munmap(m, len) };
@@ -218,11 +222,11 @@ unsafe fn with_args<R>(a: Args, exec: impl FnOnce(Args) -> R) -> R {
 
 /// [`with_args`]'s copy on this thread's stack (at most [`STACK_COPY`]).
 #[inline(never)]
-fn on_stack<R>(a: Args, exec: impl FnOnce(Args) -> R) -> R {
+fn on_stack<R>(a: Args, p: Plan, exec: impl FnOnce(Args) -> R) -> R {
     let mut buf = [0u64; STACK_COPY / 8];
     // SAFETY: the caller checked that the copy fits; u64s are aligned for
     // pointers.
-    exec(unsafe { copy_into(a, buf.as_mut_ptr() as *mut u8) })
+    exec(unsafe { copy_into(a, p, buf.as_mut_ptr() as *mut u8) })
 }
 
 /// errno ENOSYS and -1, where libc lacks the function.

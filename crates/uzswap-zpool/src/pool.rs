@@ -130,7 +130,7 @@ impl ZsPool {
             if let Some(next) = span.next_slot() {
                 // SAFETY: next < objs_per_span: inside the span's run.
                 let at = unsafe { span.mem.as_ptr().add(next as usize * layout.size as usize) };
-                prefetch_for_store(at, layout.size as usize);
+                prefetch_lines(at, layout.size as usize, Level::L2);
             }
             (span.id, slot)
         };
@@ -278,9 +278,7 @@ impl ZsPool {
         // prefetcher runs ahead of them. Whole objects (2-3 KiB of text)
         // cost more hints than they saved (`bench engine`, text load/raw
         // 0.86 against 0.87-0.88 with 128-512 bytes).
-        for off in (0..(loc.size as usize).min(PREFETCH_BYTES)).step_by(64) {
-            prefetch_line(start.wrapping_add(off));
-        }
+        prefetch_lines(start, (loc.size as usize).min(PREFETCH_BYTES), Level::L1);
     }
 
     /// Free an object. The handle must be live; freeing a handle that is not
@@ -475,41 +473,43 @@ impl Drop for ZsPool {
 /// Bytes at the start of an object that [`ZsPool::prefetch`] asks for.
 const PREFETCH_BYTES: usize = 256;
 
-#[inline(always)]
-fn prefetch_line(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+/// Which cache [`prefetch_lines`] fills.
+#[derive(Clone, Copy)]
+enum Level {
+    /// A load about to copy the object out.
+    L1,
+    /// The slot the class's next store will likely take (its span's next
+    /// free slot), asked for while that store's page is still being
+    /// compressed. The copy into a slot writes lines nobody has read since
+    /// the provider faulted the page in, and the class lock's release waits
+    /// for every one of those writes to own its line: 82% of the store's
+    /// own samples fell on the release (`bench engine`, lz4 index pages).
+    /// Fetched ahead into L2 (exclusive where no other core has them, so
+    /// the write needs no further request; L1, with the `ET0` hint, is left
+    /// to the compressor's tables), index pages stored at 0.87-0.89 of raw
+    /// lz4's speed, not 0.82-0.84, and `bench compare`'s uzswap cells did
+    /// not move (docs/BENCHMARKS.md, "The next slot fetched ahead"). A slot
+    /// another store takes first, or a store of another class, wastes a few
+    /// lines of bandwidth.
+    L2,
 }
 
-/// Ask for the cache lines of the slot the class's next store will likely
-/// take (its span's next free slot), while that store's page is still being
-/// compressed. The copy into a slot writes lines nobody has read since the
-/// provider faulted the page in, and the class lock's release waits for
-/// every one of those writes to own its line: 82% of this function's own
-/// samples fell on the release (`bench engine`, lz4 index pages). Fetched
-/// ahead into L2 (exclusive where no other core has them, so the write
-/// needs no further request; L1, with the `ET0` hint, is left to the
-/// compressor's tables), index pages stored at 0.87-0.89 of raw lz4's
-/// speed, not 0.82-0.84, and `bench compare`'s uzswap cells did not move
-/// (docs/BENCHMARKS.md, "The next slot fetched ahead"). A prefetch is a
-/// hint: a slot another store takes first, or a store of another class,
-/// wastes a few lines of bandwidth.
-fn prefetch_for_store(p: *const u8, len: usize) {
+/// Hint the cache lines of `len` bytes from `p` into `level`.
+#[inline(always)]
+fn prefetch_lines(p: *const u8, len: usize, level: Level) {
     #[cfg(target_arch = "x86_64")]
     for off in (0..len).step_by(64) {
-        // SAFETY: a prefetch is a hint: it never faults, whatever the
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        let at = p.wrapping_add(off) as *const i8;
+        // SAFETY: a prefetch is a hint; it never faults, whatever the
         // address.
         unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                p.wrapping_add(off) as *const i8,
-            )
+            match level {
+                Level::L1 => _mm_prefetch::<_MM_HINT_T0>(at),
+                Level::L2 => _mm_prefetch::<_MM_HINT_T1>(at),
+            }
         };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, len);
+    let _ = (p, len, level);
 }

@@ -230,7 +230,7 @@ impl SpanData {
         Some(slot)
     }
 
-    /// The slot [`Span::take_slot`] would take next, if any.
+    /// The slot [`Self::take_slot`] would take next, if any.
     pub(crate) fn next_slot(&self) -> Option<u32> {
         (self.free_head != NIL).then_some(u32::from(self.free_head))
     }
