@@ -941,7 +941,8 @@ fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Val
 /// fstatfs, statvfs, get/set/prlimit, sysinfo, nanosleep,
 /// sched_getaffinity, getgroups, sendfile, utimensat), each on memory
 /// evicted or never touched, each result checked against the same call on
-/// the stack; then the path calls (chown, lchown, fchownat, fchmodat,
+/// the stack; ioctl (encoded and legacy requests, SIOCGIFCONF's buffer)
+/// and fcntl (locks, owner) on evicted structures; then the path calls (chown, lchown, fchownat, fchmodat,
 /// linkat, symlinkat, mkfifo, utimes, utime, inotify_add_watch, the
 /// extended attribute calls) and getentropy. In user mode only and signal
 /// mode the first of each part failed with EFAULT before. On every open

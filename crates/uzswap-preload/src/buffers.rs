@@ -463,6 +463,122 @@ wrap!(fremovexattr(fd: i32, nm: Cs) -> [i32] pins |p| { p.path(nm) }
 wrap!(getentropy(b: Mv, n: usize) -> [i32] pins |p| { p.add(b, n, true) }
     => |f: unsafe extern "C" fn(Mv, usize) -> i32| f(b, n));
 
+// ioctl(2) and fcntl(2): an argument that is region memory is a structure
+// the call reads or writes (or an int, which a range check tells from a
+// pointer: region addresses are far above any flag or count). Its size is
+// in the request where the request is encoded (`_IOC`); the common legacy
+// requests (terminals, sockets, block devices) have their sizes below. A
+// structure with pointers inside (but for SIOCGIFCONF's buffer) is pinned
+// only itself.
+wrap!(ioctl(fd: i32, req: libc::c_ulong, arg: Mv) -> [i32] pins |p| { p.ioctl(req, arg) }
+    => |f: unsafe extern "C" fn(i32, libc::c_ulong, Mv) -> i32| f(fd, req, arg));
+wrap!(fcntl(fd: i32, cmd: i32, arg: Mv) -> [i32] pins |p| { p.fcntl(cmd, arg) }
+    => |f: unsafe extern "C" fn(i32, i32, Mv) -> i32| f(fd, cmd, arg));
+wrap!(fcntl64(fd: i32, cmd: i32, arg: Mv) -> [i32] pins |p| { p.fcntl(cmd, arg) }
+    => |f: unsafe extern "C" fn(i32, i32, Mv) -> i32| f(fd, cmd, arg));
+
+/// The bytes a legacy (unencoded) ioctl request reads or writes at its
+/// argument, and whether the kernel writes them; `None`: not known.
+fn legacy_ioctl(req: libc::c_ulong) -> Option<(usize, bool)> {
+    use libc::*;
+    // The kernel's struct termios (no speeds: glibc's is larger) and
+    // struct termio; struct serial_struct, struct rtentry, struct arpreq
+    // and struct ifreq as x86-64 lays them out.
+    const TERMIOS: usize = 36;
+    const TERMIO: usize = 18;
+    const SERIAL: usize = 72;
+    const RTENTRY: usize = 120;
+    const ARPREQ: usize = 68;
+    const IFREQ: usize = 40;
+    const INT: usize = 4;
+    Some(match req {
+        TCGETS => (TERMIOS, true),
+        TCSETS | TCSETSW | TCSETSF => (TERMIOS, false),
+        TCGETA => (TERMIO, true),
+        TCSETA | TCSETAW | TCSETAF => (TERMIO, false),
+        TIOCGPGRP | TIOCOUTQ | TIOCMGET | TIOCGSOFTCAR | FIONREAD | TIOCGETD | TIOCGSID => {
+            (INT, true)
+        }
+        TIOCSPGRP | TIOCMBIS | TIOCMBIC | TIOCMSET | TIOCSSOFTCAR | FIONBIO | TIOCSETD
+        | FIOASYNC => (INT, false),
+        TIOCSTI => (1, false),
+        TIOCGWINSZ => (size_of::<winsize>(), true),
+        TIOCSWINSZ => (size_of::<winsize>(), false),
+        TIOCGSERIAL => (SERIAL, true),
+        TIOCSSERIAL => (SERIAL, false),
+        BLKSSZGET | BLKPBSZGET => (INT, true),
+        SIOCGIFCONF => (size_of::<ifconf>(), true),
+        SIOCADDRT | SIOCDELRT => (RTENTRY, false),
+        SIOCDARP | SIOCGARP | SIOCSARP | SIOCDRARP | SIOCGRARP | SIOCSRARP => (ARPREQ, true),
+        // SIOCATMARK: an int; SIOCGSTAMP(NS): a timeval, a timespec.
+        0x8905 => (INT, true),
+        0x8906 | 0x8907 => (16, true),
+        // The interface requests: a struct ifreq.
+        0x8910..=0x89FF => (IFREQ, true),
+        // BLKGETSIZE: an unsigned long.
+        0x1260 => (8, true),
+        _ => return None,
+    })
+}
+
+impl Pins {
+    /// An ioctl's argument (`ioctl` above).
+    ///
+    /// # Safety
+    /// `arg` is what the request takes.
+    unsafe fn ioctl(&mut self, req: libc::c_ulong, arg: Mv) {
+        let a = arg as usize;
+        if !crate::vma::in_regions(a) {
+            return;
+        }
+        let (dir, size) = ((req >> 30) & 3, ((req >> 16) & 0x3fff) as usize);
+        let (len, write) = match legacy_ioctl(req) {
+            _ if dir != 0 && size != 0 => (size, dir & 2 != 0),
+            Some(known) => known,
+            // Not known: its page, up to a small structure's size. Never
+            // past the page, which may be one the program protected (and
+            // pinning brings pages in by touching them).
+            None => (64.min(PAGE - a % PAGE), true),
+        };
+        self.add(arg, len, write);
+        if req == libc::SIOCGIFCONF {
+            // SAFETY: SIOCGIFCONF's argument, a struct ifconf, pinned above.
+            let c = unsafe { &*(arg as *const libc::ifconf) };
+            // SAFETY: the union's buffer member, as the request uses it.
+            let buf = unsafe { c.ifc_ifcu.ifcu_buf };
+            self.add(buf as *const c_void, c.ifc_len.max(0) as usize, true);
+        }
+    }
+
+    /// An fcntl's argument, for the commands that take a pointer.
+    fn fcntl(&mut self, cmd: i32, arg: Mv) {
+        let (len, write) = match cmd {
+            libc::F_GETLK | libc::F_OFD_GETLK => (std::mem::size_of::<libc::flock>(), true),
+            libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
+                (std::mem::size_of::<libc::flock>(), false)
+            }
+            F_GETOWN_EX => (F_OWNER_EX, true),
+            F_SETOWN_EX => (F_OWNER_EX, false),
+            F_GET_RW_HINT | F_GET_FILE_RW_HINT => (8, true),
+            F_SET_RW_HINT | F_SET_FILE_RW_HINT => (8, false),
+            _ => return,
+        };
+        self.add(arg, len, write);
+    }
+}
+
+const PAGE: usize = 4096;
+// <asm-generic/fcntl.h>, not in the libc crate: struct f_owner_ex is an
+// int and a pid.
+const F_SETOWN_EX: i32 = 15;
+const F_GETOWN_EX: i32 = 16;
+const F_OWNER_EX: usize = 8;
+// <linux/fcntl.h>: F_LINUX_SPECIFIC_BASE (1024) + 11..14.
+const F_GET_RW_HINT: i32 = 1035;
+const F_SET_RW_HINT: i32 = 1036;
+const F_GET_FILE_RW_HINT: i32 = 1037;
+const F_SET_FILE_RW_HINT: i32 = 1038;
+
 // Addresses, socket options and the descriptors a call returns in memory;
 // what waits and the information calls write back; times the kernel reads.
 // The kernel reads and writes each through the page tables as the calls

@@ -283,6 +283,11 @@ real_fns! {
     lremovexattr: unsafe extern "C" fn(Str, Str) -> c_int;
     fremovexattr: unsafe extern "C" fn(c_int, Str) -> c_int;
     getentropy: unsafe extern "C" fn(*mut c_void, usize) -> c_int;
+    // Variadic in C; the third argument is read as a pointer-sized word
+    // either way (x86-64 passes it in the same register).
+    ioctl: unsafe extern "C" fn(c_int, libc::c_ulong, *mut c_void) -> c_int;
+    fcntl: unsafe extern "C" fn(c_int, c_int, *mut c_void) -> c_int;
+    fcntl64: unsafe extern "C" fn(c_int, c_int, *mut c_void) -> c_int;
     // Starting a new image (`exec.rs`).
     execve: unsafe extern "C" fn(Str, *const Str, *const Str) -> c_int;
     execvpe: unsafe extern "C" fn(Str, *const Str, *const Str) -> c_int;

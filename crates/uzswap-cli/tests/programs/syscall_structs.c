@@ -9,7 +9,8 @@
  * faults inside system calls are not served (user mode only, signal
  * mode), each of these failed with EFAULT. Then the calls that take a
  * path, their names and values in evicted memory, in a directory of their
- * own under /tmp. Usage: syscall_structs EXE (a readable file for
+ * own under /tmp; ioctl and fcntl requests, their structures evicted,
+ * between the two. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -21,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -34,6 +37,7 @@
 #include <sys/inotify.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <termios.h>
 #include <time.h>
 #include <utime.h>
 #include <unistd.h>
@@ -158,6 +162,49 @@ int main(int argc, char **argv) {
     evict();
     CHECK("sendfile", f >= 0 && sendfile(p2[1], f, off, 4) == 4 && *off == 4);
     CHECK("utimensat", utimensat(AT_FDCWD, argv[1], times, 0) == 0);
+
+    /* ioctl and fcntl: a request's structure in evicted memory, sized by
+     * the request (encoded, or legacy), and the buffer SIOCGIFCONF's
+     * structure names. */
+    int *nread = slot(), *ptn = slot();
+    struct winsize *ws_set = slot(), *ws = slot();
+    struct flock *lk = slot(), *lk_get = slot();
+    struct f_owner_ex *owner = slot();
+    struct ifconf *ifc = slot();
+    char *ifbuf = slot();
+    struct termios *tio = slot();
+    ws_set->ws_row = 33;
+    ws_set->ws_col = 101;
+    lk->l_type = F_RDLCK;
+    lk->l_whence = SEEK_SET;
+    lk->l_len = 1;
+    *lk_get = *lk;
+    ifc->ifc_len = 1024;
+    ifc->ifc_buf = ifbuf;
+    int pm = posix_openpt(O_RDWR | O_NOCTTY);
+    CHECK("posix_openpt", pm >= 0 && grantpt(pm) == 0 && unlockpt(pm) == 0);
+    unsigned int n_now = 0;
+    CHECK("TIOCGPTN on the stack", ioctl(pm, TIOCGPTN, &n_now) == 0);
+    int ps = open(ptsname(pm), O_RDWR | O_NOCTTY);
+    CHECK("open the pty", ps >= 0);
+    struct termios t_now;
+    CHECK("TCGETS on the stack", ioctl(ps, TCGETS, &t_now) == 0);
+    int is = socket(AF_INET, SOCK_DGRAM, 0);
+    evict();
+    CHECK("ioctl FIONREAD", ioctl(p2[0], FIONREAD, nread) == 0 && *nread == 4);
+    CHECK("ioctl TIOCGPTN", ioctl(pm, TIOCGPTN, ptn) == 0 && (unsigned)*ptn == n_now);
+    CHECK("ioctl TIOCSWINSZ", ioctl(ps, TIOCSWINSZ, ws_set) == 0);
+    CHECK("ioctl TIOCGWINSZ", ioctl(ps, TIOCGWINSZ, ws) == 0 && ws->ws_row == 33 && ws->ws_col == 101);
+    CHECK("ioctl TCGETS", ioctl(ps, TCGETS, tio) == 0 && tio->c_lflag == t_now.c_lflag);
+    CHECK("ioctl SIOCGIFCONF", ioctl(is, SIOCGIFCONF, ifc) == 0 && ifc->ifc_len > 0 &&
+                                   ifc->ifc_len % sizeof(struct ifreq) == 0 &&
+                                   ((struct ifreq *)ifbuf)->ifr_name[0] != 0);
+    CHECK("fcntl F_SETLK", fcntl(f, F_SETLK, lk) == 0);
+    CHECK("fcntl F_GETLK", fcntl(f, F_GETLK, lk_get) == 0 && lk_get->l_type == F_UNLCK);
+    CHECK("fcntl F_GETOWN_EX", fcntl(f, F_GETOWN_EX, owner) == 0);
+    close(is);
+    close(ps);
+    close(pm);
 
     /* Paths, attribute names and values. */
     char *dir = slot(), *file = slot(), *fifo = slot(), *hard = slot(), *sym = slot(),
