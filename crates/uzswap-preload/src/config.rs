@@ -19,7 +19,7 @@
 //! | `UZSWAP_USER_MODE` | open userfaultfd in user mode only (as an unprivileged user without the device) |
 //! | `UZSWAP_HANDLER` | `auto` (default: `block` where /dev/userfaultfd opens, else `signal`), `block`, `spin[:µs]` or `signal`: how faults are resolved |
 //! | `UZSWAP_BIND_HANDLERS` | `0`: leave handler threads unbound (`Config::bind_handlers`) |
-//! | `UZSWAP_SAMPLE_YOUNG` | `off`, `auto` or `on` (`1`): read the kernel's accessed bits of resident memory (`Config::sample_young`); unset: the library's default |
+//! | `UZSWAP_SAMPLE_YOUNG` | `off`, `auto` or `on` (`1`): read the kernel's accessed bits of resident memory (`Config::sample_young`); unset: `auto` (`SampleYoung::FOR_PROGRAMS`) |
 
 use std::path::PathBuf;
 
@@ -139,7 +139,7 @@ impl Config {
             sample_young: var("UZSWAP_SAMPLE_YOUNG")
                 .map(|v| v.parse().map_err(|e| format!("UZSWAP_SAMPLE_YOUNG: {e}")))
                 .transpose()?
-                .unwrap_or_default(),
+                .unwrap_or(uzswap::SampleYoung::FOR_PROGRAMS),
         }))
     }
 

@@ -245,13 +245,11 @@ fn reader_and_stream(mode: SampleYoung) -> Option<(u64, uzswap::region::UzswapSt
     Some((faults, st))
 }
 
-/// `auto` on a hot set read at random between streamed data: its samples
-/// keep the hot set as `on`'s do while they run (the first two windows at
-/// least), and the faults fall by half. Whether it then samples on is the
-/// estimate's call, and the estimate is low here: it counts one fault per
-/// eviction a mark moves (the held-out chunks' rate), where each hot chunk
-/// evicted also made room for the next by evicting another hot one
-/// (16.5 k faults unsampled, 6-9 k with `auto`, about 1 k estimated saved).
+/// `auto` on a hot set read at random between streamed data: its trials
+/// find the held-out groups faulting several times as often as the marked
+/// ones, its samples keep the hot set as `on`'s do, and the faults fall by
+/// nearly half (14.8 k unsampled, 8.0 k with `auto`: 47 samples, three
+/// trials, one unpaid).
 #[test]
 fn auto_keeps_a_hot_set_while_it_samples() {
     let Some((auto, st)) = reader_and_stream(SampleYoung::Auto) else {
@@ -279,8 +277,9 @@ fn auto_keeps_a_hot_set_while_it_samples() {
 /// times the budget, so a resident chunk read between two samples is no
 /// likelier to be read between the next two than one that was not: an
 /// evicted read chunk comes back as often as an unread one, and no mark
-/// saves a fault, however many there are. `auto` judges its first two
-/// windows unpaid and pauses; `on` samples all along.
+/// saves a fault, however many there are. `auto` judges its trials unpaid
+/// and pauses after each, longer each time (13 samples in 3 s, against
+/// `on`'s 139); `on` samples all along.
 #[test]
 fn auto_pauses_where_reads_are_uniform() {
     let run = |mode: SampleYoung| {
@@ -317,7 +316,7 @@ fn auto_pauses_where_reads_are_uniform() {
     assert!(auto.young_windows_unpaid >= 2, "{auto:?}");
     assert_eq!(on.young_windows, 0, "on judges no window: {on:?}");
     assert!(
-        auto.young_samples * 2 <= on.young_samples,
+        auto.young_samples * 4 <= on.young_samples,
         "auto sampled {} times, on {}",
         auto.young_samples,
         on.young_samples

@@ -388,16 +388,25 @@ pub enum SampleYoung {
     /// Never: a chunk's only references are its faults.
     #[default]
     Off,
-    /// In probes of a few turns of the CLOCK hand; sampling goes on while
-    /// the faults its marks are estimated to save cost more than the
-    /// samples, and otherwise stops for a while that doubles each time a
-    /// probe does not pay.
+    /// In trials of a few samples, each holding an eighth of the memory
+    /// out of its marks; sampling goes on while the faults the marks are
+    /// measured to save cost more than the samples, and otherwise stops
+    /// for a while that grows fourfold each time a trial does not pay.
+    /// The default for a whole program (`SampleYoung::FOR_PROGRAMS`).
     Auto,
     /// Always, paced by the hand.
     On,
 }
 
 impl SampleYoung {
+    /// The mode of a program run whole under uzswap (`uzswap run`, the
+    /// preload library) where none is asked for: an unknown program may
+    /// keep a read-mostly hot set beside data it streams (GNU sort: 20%
+    /// faster), and a trial that does not pay costs a few samples
+    /// (docs/BENCHMARKS.md, "Accessed bits by trial"). The library's own
+    /// default stays `Off`: a caller of the API knows its pattern.
+    pub const FOR_PROGRAMS: SampleYoung = SampleYoung::Auto;
+
     /// The mode's name, as `FromStr` reads it.
     pub fn as_str(self) -> &'static str {
         match self {

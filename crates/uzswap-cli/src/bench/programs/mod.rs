@@ -1516,7 +1516,7 @@ pub fn run(a: Args) -> Result<()> {
                 "compressor": a.compressor,
                 "uzswap_handler": handler_name(a.uzswap_handler),
                 "sample_young": a.young.sample_young == Some(uzswap::SampleYoung::On),
-                "sample_young_mode": a.young.mode().as_str(),
+                "sample_young_mode": a.young.program_mode().as_str(),
                 "folio_bytes": a.folio,
                 "kernel_cells": cols.iter().map(|c| c.label.clone()).collect::<Vec<_>>(),
                 "fit_tolerance": a.fit_tolerance,
