@@ -1,5 +1,6 @@
 //! Reads of resident memory, from the kernel's accessed bits
-//! (`Config::sample_young`: off by default, on, or auto).
+//! (`Config::sample_young`: off by default, on, or auto, which is
+//! `uzswap run`'s default: `SampleYoung::FOR_PROGRAMS`).
 //!
 //! A fault is the only reference userspace is handed for free: a chunk read
 //! often while it stays mapped looks as cold to the CLOCK as one never read.
@@ -47,7 +48,8 @@
 //! through (GNU sort's text and its line records), the hand stops evicting
 //! the hot set and faults fall severalfold; where the working set does not
 //! fit or reads are uniform, marks change nothing and the samples are pure
-//! cost. Hence opt-in.
+//! cost. Hence `auto` (below) for whole programs, and off by default for
+//! the API.
 //!
 //! A group counts as read only if more of its bytes are young than were
 //! installed in it since the last sample (smaps gives bytes): the install
