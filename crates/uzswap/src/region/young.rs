@@ -513,6 +513,18 @@ fn max_splits() -> usize {
     max_map / 16
 }
 
+/// `MADV_DONTDUMP` (split) or `MADV_DODUMP` (merge back) over group `o` of
+/// `r`, whose `live` lock the caller read-holds.
+fn advise_group(r: &RegionInner, o: usize, chunk: usize, advice: i32) {
+    let per = group_chunks(chunk);
+    let first = o * per;
+    let len = (r.state.len() - first).min(per) * chunk;
+    // SAFETY: inside the region's mapping, live (read-held by the caller);
+    // either advice changes no page and no access, only what a core dump
+    // holds.
+    unsafe { libc::madvise((r.base + first * chunk) as *mut libc::c_void, len, advice) };
+}
+
 /// Undo every split (`MADV_DODUMP`: the kernel merges each group back
 /// into its neighbours), for a pause of `auto`. Mappings cost where no
 /// sample reads them: a write-protect or a zap over many chunks is made
@@ -521,7 +533,6 @@ fn max_splits() -> usize {
 /// programs`) ran 5-10% slower with its groups split and no sample taken.
 /// The next trial splits them again as it finds them mapped.
 fn merge_all(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
-    let per = group_chunks(chunk);
     for r in regions {
         let Some(m) = g.regions.get_mut(&r.id) else {
             continue;
@@ -530,22 +541,11 @@ fn merge_all(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
         if !*live {
             continue;
         }
-        let n = r.state.len();
         for (wi, word) in m.split.iter_mut().enumerate() {
             while *word != 0 {
                 let o = wi * 64 + word.trailing_zeros() as usize;
                 *word &= *word - 1;
-                let first = o * per;
-                let len = (n - first).min(per) * chunk;
-                // SAFETY: inside the region's mapping, live (read-held);
-                // MADV_DODUMP changes no page and no access.
-                unsafe {
-                    libc::madvise(
-                        (r.base + first * chunk) as *mut libc::c_void,
-                        len,
-                        libc::MADV_DODUMP,
-                    )
-                };
+                advise_group(r, o, chunk, libc::MADV_DODUMP);
             }
         }
         g.splits -= m.splits;
@@ -602,17 +602,7 @@ fn split_new(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
                     return;
                 }
                 m.split[o / 64] |= 1 << (o % 64);
-                let first = o * per;
-                let len = (n - first).min(per) * chunk;
-                // SAFETY: inside the region's mapping, live (read-held);
-                // MADV_DONTDUMP changes no page and no access.
-                unsafe {
-                    libc::madvise(
-                        (r.base + first * chunk) as *mut libc::c_void,
-                        len,
-                        libc::MADV_DONTDUMP,
-                    )
-                };
+                advise_group(r, o, chunk, libc::MADV_DONTDUMP);
                 splits += 1;
             }
         }
