@@ -65,10 +65,16 @@ pub struct RedisServer {
 impl RedisServer {
     /// A server with these extra `--name value` arguments.
     pub fn start(extra: &[&str]) -> RedisServer {
+        // A directory of its own: tests start servers in parallel threads
+        // of one process, and a name from a free port could repeat (the
+        // kernel hands a released port out again), so that one server's
+        // drop removed another's directory, and a cluster node whose
+        // config file was gone exited as `--cluster create` waited on it.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "uzswap-redis-{}-{}",
             std::process::id(),
-            free_port()
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let mut s = RedisServer {
@@ -122,9 +128,17 @@ impl RedisServer {
         let t = Instant::now();
         // Generous: a loaded 2-CPU machine (a build beside the tests)
         // starts a server in well under a second, but not always.
+        let pid = format!("process_id:{}\r", self.child.as_ref().map_or(0, |c| c.id()));
         while t.elapsed() < Duration::from_secs(15) {
             if request(self.port, "PING").is_some_and(|r| r.starts_with("+PONG")) {
-                return true;
+                // The server that answered must be ours: where another
+                // test's server took the port first, ours failed to bind
+                // and exits, and that one answers.
+                if request(self.port, "INFO server").is_some_and(|r| r.contains(&pid)) {
+                    return true;
+                }
+                self.kill();
+                return false;
             }
             if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
                 self.child = None;
@@ -239,16 +253,35 @@ impl RedisCluster {
             })
             .collect();
         let addrs: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
-        let o = Command::new("redis-cli")
+        // Bounded: `--cluster create` waits for ever on a node that died.
+        let mut create = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
             .expect("redis-cli --cluster create");
+        let t = Instant::now();
+        let status = loop {
+            if let Some(st) = create.try_wait().expect("wait for redis-cli") {
+                break Some(st);
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                let _ = create.kill();
+                let _ = create.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        if let Some(mut o) = create.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
         assert!(
-            o.status.success(),
-            "cluster create: {}",
-            String::from_utf8_lossy(&o.stdout)
+            status.is_some_and(|s| s.success()),
+            "cluster create ({status:?}, 60 s at most): {out}"
         );
         let t = Instant::now();
         while !nodes

@@ -107,6 +107,18 @@ use std::time::{Duration, Instant};
 pub(super) const GROUP_BYTES: usize = 256 << 10;
 /// Samples per turn of the CLOCK hand over the resident chunks.
 const PER_TURN: u64 = 4;
+/// Samples per turn of the hand while a paid trial's marks go on
+/// (`Phase::Marking`): a read chunk's mark is renewed twice before each
+/// visit of the hand, which clears it once.
+const MARKING_PER_TURN: u64 = 2;
+
+fn per_turn(phase: &Phase) -> u64 {
+    match phase {
+        Phase::Marking(_) => MARKING_PER_TURN,
+        _ => PER_TURN,
+    }
+}
+
 /// The time between samples, at least this many times the last one's cost.
 const COST_FACTOR: u32 = 4;
 /// And at least this long.
@@ -133,11 +145,11 @@ const MIN_HELD_FAULTS: u64 = 128;
 const MIN_RATIO: f64 = 2.0;
 /// One group in this many is held out of a trial's marks (`auto`).
 const HOLD_OUT: u64 = 8;
-/// After a trial that paid, samples that mark every group (four turns of
+/// After a trial that paid, samples that mark every group (eight turns of
 /// the hand) before the next trial: a trial's held-out groups fault as
 /// unsampled ones do, a cost of the measure that marking alone does not
 /// pay.
-const MARKING: u32 = 4 * PER_TURN as u32;
+const MARKING: u32 = 8 * MARKING_PER_TURN as u32;
 /// A trial that did not pay pauses `auto` sampling for this many times
 /// its cost, four times as long for each pause with no trial that paid
 /// between, up to [`MAX_OFF_GROWTHS`] times: a program whose reads the
@@ -391,7 +403,7 @@ pub(super) fn maybe_sample(sh: &Shared) {
         .is_some_and(|t| t.elapsed() >= g.interval * STALE_INTERVALS);
     if g.last.is_some()
         && !stale_by_time
-        && visited.saturating_sub(g.visited) < (resident / PER_TURN).max(16)
+        && visited.saturating_sub(g.visited) < (resident / per_turn(&g.phase)).max(16)
     {
         return;
     }
