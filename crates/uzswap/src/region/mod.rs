@@ -622,17 +622,18 @@ pub struct UzswapStats {
     pub young_us: u64,
     pub young_marked: u64,
     pub young_splits: u64,
-    /// The sampler's mode (`Config::sample_young`); of its windows of
-    /// samples judged (`young.rs`), those that did not pay (each stopped
-    /// sampling for a while in `auto`); and the fault time its marks are
-    /// estimated to have saved, in microseconds.
+    /// The sampler's mode (`Config::sample_young`); of its trials judged
+    /// (`young.rs`; the field keeps its first name, windows), those that
+    /// did not pay (each stopped sampling for a while in `auto`); and the
+    /// fault time its marks are estimated to have saved, in microseconds.
     pub young_mode: SampleYoung,
     pub young_windows: u64,
     pub young_windows_unpaid: u64,
     pub young_saved_us: u64,
-    /// `auto`'s measure (`young.rs`): evictions of chunks held out of the
-    /// marks while read, and the faults they took within a turn of the
-    /// hand; the same of chunks not read.
+    /// Figures of `auto`'s trials (`young.rs`; its judge counts faults
+    /// per group instead): evictions of chunks held out of the marks
+    /// while read, and the faults they took within a turn of the hand;
+    /// the same of chunks not read.
     pub young_evicted_held: u64,
     pub young_faults_held: u64,
     pub young_evicted_idle: u64,
