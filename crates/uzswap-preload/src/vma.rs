@@ -1210,7 +1210,12 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> 
                 }
                 r
             }
-            // SAFETY: as above (dump flags, and the rest).
+            // The sampler's splits must not undo it (`program_dont_dump`).
+            // SAFETY: as above.
+            libc::MADV_DONTDUMP => st
+                .uz
+                .program_dont_dump(|| unsafe { real::madvise(a as *mut _, n, advice) }),
+            // SAFETY: as above (the other dump flag, and the rest).
             _ => unsafe { real::madvise(a as *mut _, n, advice) },
         };
     }

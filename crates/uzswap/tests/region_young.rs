@@ -322,3 +322,68 @@ fn auto_pauses_where_reads_are_uniform() {
         on.young_samples
     );
 }
+
+/// The `VmFlags` of the mapping holding `addr`, from `/proc/self/smaps`.
+fn vm_flags(addr: usize) -> String {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line
+            .split_once(' ')
+            .and_then(|(r, _)| r.split_once('-'))
+            .and_then(|(lo, hi)| {
+                Some((
+                    usize::from_str_radix(lo, 16).ok()?,
+                    usize::from_str_radix(hi, 16).ok()?,
+                ))
+            });
+        if let Some((lo, hi)) = range {
+            inside = lo <= addr && addr < hi;
+        } else if inside {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                return flags.trim().to_string();
+            }
+        }
+    }
+    panic!("no mapping holds {addr:#x}")
+}
+
+/// Memory the program itself keeps out of core dumps (`MADV_DONTDUMP`,
+/// told through `program_dont_dump`, as the preload library's `madvise`
+/// does) stays out of them: `auto`'s pauses merge its splits back with
+/// `MADV_DODUMP`, which would otherwise clear the program's flag too.
+/// The range is in the sampler's second group, one it splits (marks
+/// `MADV_DONTDUMP` itself) and merges back at each pause; uniform reads
+/// make every trial unpaid.
+#[test]
+fn the_programs_own_dump_exclusion_survives_the_samplers_pauses() {
+    let _one = serial();
+    let Some((uz, r)) = filled(SampleYoung::Auto, 8 << 20, CHUNKS) else {
+        return;
+    };
+    let addr = page(&r, 4 * PER).as_ptr() as usize;
+    let len = PER * uzswap::PAGE_SIZE;
+    // SAFETY: a chunk of the live region; the advice changes no page.
+    let rc = uz.program_dont_dump(|| unsafe {
+        libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTDUMP)
+    });
+    assert_eq!(rc, 0);
+    assert!(vm_flags(addr).split(' ').any(|f| f == "dd"));
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        for _ in 0..256 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            check(&r, (x % (CHUNKS * PER) as u64) as usize);
+        }
+    }
+    let st = uz.stats();
+    assert!(st.young_windows_unpaid >= 1, "{st:?}");
+    let flags = vm_flags(addr);
+    assert!(
+        flags.split(' ').any(|f| f == "dd"),
+        "the program's MADV_DONTDUMP was undone: VmFlags {flags}"
+    );
+}

@@ -280,6 +280,9 @@ struct State {
     windows: u64,
     /// Pauses in a row (no trial paid between them).
     pauses: u32,
+    /// The program excluded region memory from core dumps itself
+    /// (`Uzswap::program_dont_dump`): splits are never merged back.
+    keep_splits: bool,
 }
 
 /// Figures for `Stats`.
@@ -487,7 +490,7 @@ pub(super) fn maybe_sample(sh: &Shared) {
             merge_all(&mut g, &regions, sh.chunk);
             c.sample_ns
                 .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
-            c.splits.store(0, Relaxed);
+            c.splits.store(g.splits as u64, Relaxed);
         }
     }
 }
@@ -535,6 +538,20 @@ fn advise_group(r: &RegionInner, o: usize, chunk: usize, advice: i32) {
     unsafe { libc::madvise((r.base + first * chunk) as *mut libc::c_void, len, advice) };
 }
 
+impl super::Uzswap {
+    /// Run `f`, the program's own `MADV_DONTDUMP` over region memory: from
+    /// then on the sampler never merges its splits back (`merge_all`),
+    /// whose `MADV_DODUMP` would put that memory back into core dumps (a
+    /// key a crypto library keeps out of them). Its splits only ever add
+    /// `MADV_DONTDUMP`. Taken under the sampler's lock, so that no merge
+    /// runs between the note and the program's call.
+    pub fn program_dont_dump<R>(&self, f: impl FnOnce() -> R) -> R {
+        let mut g = self.owner.sh.young.state.lock();
+        g.keep_splits = true;
+        f()
+    }
+}
+
 /// Undo every split (`MADV_DODUMP`: the kernel merges each group back
 /// into its neighbours), for a pause of `auto`. Mappings cost where no
 /// sample reads them: a write-protect or a zap over many chunks is made
@@ -543,6 +560,9 @@ fn advise_group(r: &RegionInner, o: usize, chunk: usize, advice: i32) {
 /// programs`) ran 5-10% slower with its groups split and no sample taken.
 /// The next trial splits them again as it finds them mapped.
 fn merge_all(g: &mut State, regions: &[Arc<RegionInner>], chunk: usize) {
+    if g.keep_splits {
+        return;
+    }
     for r in regions {
         let Some(m) = g.regions.get_mut(&r.id) else {
             continue;
