@@ -959,6 +959,38 @@ fn calls_that_fill_structures_in_evicted_memory_succeed() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Calls that open directories and streams inside libc and call the
+/// program back while they run (`walks.c`: scandir, scandirat, nftw and
+/// ftw over a tree of 653 entries whose directories take several
+/// `getdents64` each, getmntent), their buffers evicted between refills by
+/// callbacks that churn 24 MiB under 8 MiB and keep what they allocate.
+/// Where the kernel's faults are not served nftw returned EFAULT (or
+/// stopped early, in silence), scandir failed with EFAULT and getmntent
+/// with a stream error. On every open path, as an unprivileged user too.
+#[test]
+fn directory_walks_and_the_mount_table_on_evicted_buffers() {
+    let Some((dir, bin)) = c_program("walks", &["-O1"]) else {
+        return;
+    };
+    let open = |p: &Path| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap()
+    };
+    open(&dir);
+    let user = unprivileged_user(std::slice::from_ref(&bin));
+    for (pre, extra) in every_open_path(&user) {
+        let what = format!("walks {pre:?} {extra:?}");
+        let work = dir.join("tree");
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).unwrap();
+        open(&work);
+        let mut a = vec!["--budget", "8M", "--stats", "/dev/null"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--", &bin, work.to_str().unwrap()]);
+        assert_eq!(ok(&run(pre, &a), &what), "ok walks\n", "{what}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Execs whose path, vectors and strings were evicted (`exec_args.c`:
 /// 64 variables set, the vector built in the heap, then 64 MiB written
 /// under a 16 MiB budget): every member of the family, from the process,

@@ -149,6 +149,36 @@ pub fn idle<T>(wait: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Run `f`, the program's own code called back from inside (a directory
+/// walk's callback, run by libc under one of the preload library's calls),
+/// with the calling thread wholly outside: its depth is set aside, so that
+/// what `f` calls of uzswap's enters through the gate again, and a fork
+/// elsewhere need not wait for a callback that may run for as long as the
+/// program likes. Unlike [`idle`], which keeps the depth for a wait that
+/// runs nothing of uzswap's. The depth is restored, through the gate,
+/// when `f` returns.
+pub fn outside<T>(f: impl FnOnce() -> T) -> T {
+    /// The depth set aside, and whether it was counted.
+    struct Back((u32, bool), bool);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            if self.1 {
+                arrive();
+            }
+            let _ = DEPTH.try_with(|d| d.set(self.0));
+        }
+    }
+    let saved = DEPTH
+        .try_with(|d| d.replace((0, false)))
+        .unwrap_or((0, false));
+    let counted = saved.0 > 0 && saved.1;
+    if counted {
+        depart();
+    }
+    let _back = Back(saved, counted);
+    f()
+}
+
 /// The gate shut, nobody but the caller inside; open again when dropped.
 pub struct Closed(());
 

@@ -35,6 +35,7 @@
 
 mod alloc;
 mod buffers;
+mod callbacks;
 mod config;
 mod dlopen;
 mod exec;
@@ -106,6 +107,21 @@ impl Drop for Internal {
     fn drop(&mut self) {
         let _ = INTERNAL.try_with(|c| c.set(c.get() - 1));
     }
+}
+
+/// Run `f`, the program's code called back by libc under one of our calls
+/// that raised the guard (`callbacks.rs`), as the program's: not internal
+/// (its allocations and calls are the program's, pinned and counted as
+/// any), and outside for `quiesce` (a fork elsewhere does not wait for it).
+fn program_code<T>(f: impl FnOnce() -> T) -> T {
+    struct Back(u32);
+    impl Drop for Back {
+        fn drop(&mut self) {
+            let _ = INTERNAL.try_with(|c| c.set(self.0));
+        }
+    }
+    let _back = Back(INTERNAL.try_with(|c| c.replace(0)).unwrap_or(0));
+    uzswap::compress::quiesce::outside(f)
 }
 
 /// The instance, where the calling thread is the program's and the

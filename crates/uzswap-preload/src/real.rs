@@ -145,6 +145,13 @@ pub type GlobErr = Option<unsafe extern "C" fn(*const c_char, c_int) -> c_int>;
 pub type FtsCmp = Option<unsafe extern "C" fn(*const *const c_void, *const *const c_void) -> c_int>;
 type Str = *const c_char;
 type File = *mut libc::FILE;
+/// scandir's filter and comparison (of `struct dirent` or `dirent64`).
+pub type DirFilter = Option<unsafe extern "C" fn(*const c_void) -> c_int>;
+pub type DirCmp = Option<unsafe extern "C" fn(*const *const c_void, *const *const c_void) -> c_int>;
+/// ftw's and nftw's callbacks (of `struct stat` or `stat64`).
+pub type FtwFn = Option<unsafe extern "C" fn(Str, *const c_void, c_int) -> c_int>;
+pub type NftwFn = Option<unsafe extern "C" fn(Str, *const c_void, c_int, *mut c_void) -> c_int>;
+type List = *mut *mut *mut c_void;
 
 real_fns! {
     setlocale: unsafe extern "C" fn(c_int, Str) -> *mut c_char;
@@ -334,8 +341,18 @@ real_fns! {
     glob: unsafe extern "C" fn(Str, c_int, GlobErr, *mut libc::glob_t) -> c_int;
     glob64: unsafe extern "C" fn(Str, c_int, GlobErr, *mut libc::glob64_t) -> c_int;
     fts_open: unsafe extern "C" fn(*const *mut c_char, c_int, FtsCmp) -> *mut c_void;
+    scandir: unsafe extern "C" fn(Str, List, DirFilter, DirCmp) -> c_int;
+    scandir64: unsafe extern "C" fn(Str, List, DirFilter, DirCmp) -> c_int;
+    scandirat: unsafe extern "C" fn(c_int, Str, List, DirFilter, DirCmp) -> c_int;
+    scandirat64: unsafe extern "C" fn(c_int, Str, List, DirFilter, DirCmp) -> c_int;
+    ftw: unsafe extern "C" fn(Str, FtwFn, c_int) -> c_int;
+    ftw64: unsafe extern "C" fn(Str, FtwFn, c_int) -> c_int;
+    nftw: unsafe extern "C" fn(Str, NftwFn, c_int, c_int) -> c_int;
+    nftw64: unsafe extern "C" fn(Str, NftwFn, c_int, c_int) -> c_int;
+    setmntent: unsafe extern "C" fn(Str, Str) -> File;
     fts_read: unsafe extern "C" fn(*mut c_void) -> *mut c_void;
     fts_children: unsafe extern "C" fn(*mut c_void, c_int) -> *mut c_void;
+    fts_close: unsafe extern "C" fn(*mut c_void) -> c_int;
     getpwnam: unsafe extern "C" fn(Str) -> *mut libc::passwd;
     getpwuid: unsafe extern "C" fn(libc::uid_t) -> *mut libc::passwd;
     getgrnam: unsafe extern "C" fn(Str) -> *mut libc::group;

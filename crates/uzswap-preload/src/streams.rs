@@ -27,17 +27,17 @@
 //! - `fread`/`fwrite`/`fputs`/`puts` pin the caller's bytes where stdio
 //!   would move them in one direct transfer (a request of at least the
 //!   stream's buffer size, glibc's rule);
-//! - the calls that allocate and then fill (`getcwd`, `realpath`, `glob`,
-//!   `fts`, the passwd/group/host lookups) run with the guard up, so what
+//! - the calls that allocate and then fill (`getcwd`, `realpath`,
+//!   `setmntent`'s stream, the passwd/group/host lookups) run with the guard up, so what
 //!   they allocate is glibc's (our `free` and `realloc` take either kind).
 //!
-//! What is still not covered (docs/ARCHITECTURE.md): the printf family
-//! writing one argument of at least a buffer's size (variadic, and it
-//! reaches stdio internally), streams libc opens and reads internally
-//! outside these calls (`getmntent`), and `scandir`/`nftw`, whose callbacks
-//! are the program's code and must not run with the guard up. Where faults
-//! are served (root, or a member of `uzswap setup`'s group) none of this
-//! runs: each wrapper costs a load and a branch.
+//! The calls that also run the program's callbacks (`scandir`, `ftw`,
+//! `nftw`, `fts`, `glob`) are in `callbacks.rs`. What is still not covered
+//! (docs/ARCHITECTURE.md): the printf family writing one argument of at
+//! least a buffer's size, straight from the program's memory, where an
+//! eviction falls between glibc's read of the argument and the write.
+//! Where faults are served (root, or a member of `uzswap setup`'s group)
+//! none of this runs: each wrapper costs a load and a branch.
 //!
 //! Locking: the table of pinned stream buffers is a leaf lock; pins are
 //! made with it released.
@@ -74,7 +74,7 @@ extern "C" {
 
 /// Whether this call needs the streams' measures: an active instance whose
 /// kernel faults are not served, on a program thread.
-fn guarded() -> bool {
+pub(crate) fn guarded() -> bool {
     crate::active().is_some_and(|st| st.pin_buffers)
 }
 
@@ -248,6 +248,7 @@ opens!(fopen64(path: *const c_char, mode: *const c_char) path path);
 opens!(fdopen(fd: c_int, mode: *const c_char));
 opens!(freopen(path: *const c_char, mode: *const c_char, fp: *mut FILE) path path);
 opens!(freopen64(path: *const c_char, mode: *const c_char, fp: *mut FILE) path path);
+opens!(setmntent(path: *const c_char, mode: *const c_char) path path);
 opens!(tmpfile());
 opens!(tmpfile64());
 /// # Safety
@@ -312,11 +313,6 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char {
 }
 outside!(realpath(path: *const c_char, out: *mut c_char) -> *mut c_char, std::ptr::null_mut());
 outside!(canonicalize_file_name(path: *const c_char) -> *mut c_char, std::ptr::null_mut());
-outside!(glob(p: *const c_char, fl: c_int, err: real::GlobErr, g: *mut libc::glob_t) -> c_int, libc::GLOB_NOSPACE);
-outside!(glob64(p: *const c_char, fl: c_int, err: real::GlobErr, g: *mut libc::glob64_t) -> c_int, libc::GLOB_NOSPACE);
-outside!(fts_open(paths: *const *mut c_char, opts: c_int, cmp: real::FtsCmp) -> *mut c_void, std::ptr::null_mut());
-outside!(fts_read(f: *mut c_void) -> *mut c_void, std::ptr::null_mut());
-outside!(fts_children(f: *mut c_void, opts: c_int) -> *mut c_void, std::ptr::null_mut());
 outside!(getpwnam(name: *const c_char) -> *mut libc::passwd, std::ptr::null_mut());
 outside!(getpwuid(uid: libc::uid_t) -> *mut libc::passwd, std::ptr::null_mut());
 outside!(getgrnam(name: *const c_char) -> *mut libc::group, std::ptr::null_mut());
