@@ -43,8 +43,9 @@ fn a_failed_install_loses_nothing_and_the_retry_sees_the_data() {
     // A read fault off the first page: one page, nothing placed.
     failpoints::fail_next_copy();
     read(&r, 3 * PER + 5);
-    // Completing a partial chunk (a read right after its mapped page): the
-    // part before that page is half placed.
+    // Completing a partial chunk (a read right after its two mapped pages,
+    // a forward walk): the part before that page is half placed.
+    read(&r, 4 * PER + 4);
     read(&r, 4 * PER + 5);
     failpoints::fail_next_copy();
     read(&r, 4 * PER + 6);

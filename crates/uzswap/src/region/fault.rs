@@ -1017,10 +1017,10 @@ impl Recent {
 /// thousand faults). A fault on the first page installs
 /// the whole chunk where the chunk before ends mapped (`scan_enters`) and
 /// one of the last faults (`Recent`) was in that chunk before, and so does
-/// one on the group right after a mapped one that faulted lately: that is
-/// how a forward scan enters and walks a chunk, and it would otherwise pay
-/// a fault per group. A backward scan likewise, from the last page and
-/// the group right before a mapped one: GNU sort's merges walk its line
+/// one on the group right after two mapped ones that faulted lately
+/// (`walked_up`): that is how a forward scan enters and walks a chunk, and
+/// it would otherwise pay a fault per group. A backward scan likewise, from
+/// the last page and the group right before two mapped ones: GNU sort's merges walk its line
 /// records down, and at 47 MiB took 22-25 k faults with forward scans
 /// only, 16-18 k with both (52 MiB: 12.5 k and 7.0-7.3 k; the pages
 /// loaded within 5%). Mapped alone is not enough at the first page: under
@@ -1049,14 +1049,14 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
     let bit = chunk::group_bit(p, pages);
     let group_bytes = chunk::group_pages(pages) * PAGE_SIZE;
     let group = addr & !(group_bytes - 1);
-    let walked = mask & (bit >> 1) != 0 && sh.recent.has(group - group_bytes);
+    let walked = walked_up(sh, r, ci, pages, mask, bit, group, group_bytes);
     let entered = p == 0
         && scan_enters(r, ci, pages, false)
         && (ci == 0 || sh.recent.has_in(base - sh.chunk..base));
     // The same, walking down (GNU sort's merges run through their line
     // records from the top): the swap readahead window follows a scan in
     // either direction too (`swap_vma_ra_win`).
-    let walked_down = mask & (bit << 1) != 0 && sh.recent.has(group + group_bytes);
+    let walked_down = walked_back(sh, r, ci, pages, mask, bit, group, group_bytes);
     let entered_down = p == pages - 1
         && scan_enters(r, ci, pages, true)
         && sh.recent.has_in(base + sh.chunk..base + 2 * sh.chunk);
@@ -1083,6 +1083,56 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
         return None;
     }
     Some(p)
+}
+
+/// Whether a fault on the group at `group` (mask bit `bit`) of chunk `ci`
+/// is a forward scan's step: the two groups below it are mapped and faulted
+/// lately (for the second group, the first and the end of the chunk
+/// before). One group below is not enough: an object that straddles a page
+/// boundary (sqlite's page buffers are 4104 and 4368 bytes, a Python
+/// object or a hash bucket at a page's end) faults its two pages in turn
+/// at every random read, and taking that as a scan brought sixteen pages
+/// in for two.
+#[allow(clippy::too_many_arguments)]
+fn walked_up(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    pages: usize,
+    mask: u16,
+    bit: u16,
+    group: usize,
+    gb: usize,
+) -> bool {
+    let one = mask & (bit >> 1) != 0 && sh.recent.has(group - gb);
+    one && if bit >= 4 {
+        mask & (bit >> 2) != 0 && sh.recent.has(group - 2 * gb)
+    } else {
+        ci > 0 && scan_enters(r, ci, pages, false) && sh.recent.has(group - 2 * gb)
+    }
+}
+
+/// `walked_up` walking down: the two groups above are mapped and faulted
+/// lately (for the last group but one, the last and the start of the chunk
+/// after).
+#[allow(clippy::too_many_arguments)]
+fn walked_back(
+    sh: &Shared,
+    r: &RegionInner,
+    ci: usize,
+    pages: usize,
+    mask: u16,
+    bit: u16,
+    group: usize,
+    gb: usize,
+) -> bool {
+    let top = chunk::group_bit(pages - 1, pages);
+    let one = bit != top && mask & (bit << 1) != 0 && sh.recent.has(group + gb);
+    one && if bit << 1 != top {
+        mask & (bit << 2) != 0 && sh.recent.has(group + 2 * gb)
+    } else {
+        scan_enters(r, ci, pages, true) && sh.recent.has(group + 2 * gb)
+    }
 }
 
 /// Whether a fault on the first page of chunk `ci` may be a forward scan
