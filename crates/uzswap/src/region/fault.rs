@@ -1018,7 +1018,7 @@ impl Recent {
 /// the whole chunk where the chunk before ends mapped (`scan_enters`) and
 /// one of the last faults (`Recent`) was in that chunk before, and so does
 /// one on the group right after two mapped ones that faulted lately
-/// (`walked_up`): that is how a forward scan enters and walks a chunk, and
+/// (`scan_step`): that is how a forward scan enters and walks a chunk, and
 /// it would otherwise pay a fault per group. A backward scan likewise, from
 /// the last page and the group right before two mapped ones: GNU sort's merges walk its line
 /// records down, and at 47 MiB took 22-25 k faults with forward scans
@@ -1049,14 +1049,14 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
     let bit = chunk::group_bit(p, pages);
     let group_bytes = chunk::group_pages(pages) * PAGE_SIZE;
     let group = addr & !(group_bytes - 1);
-    let walked = walked_up(sh, r, ci, pages, mask, bit, group, group_bytes);
+    let walked = scan_step(sh, r, ci, pages, mask, bit, group, group_bytes, false);
     let entered = p == 0
         && scan_enters(r, ci, pages, false)
         && (ci == 0 || sh.recent.has_in(base - sh.chunk..base));
     // The same, walking down (GNU sort's merges run through their line
     // records from the top): the swap readahead window follows a scan in
     // either direction too (`swap_vma_ra_win`).
-    let walked_down = walked_back(sh, r, ci, pages, mask, bit, group, group_bytes);
+    let walked_down = scan_step(sh, r, ci, pages, mask, bit, group, group_bytes, true);
     let entered_down = p == pages - 1
         && scan_enters(r, ci, pages, true)
         && sh.recent.has_in(base + sh.chunk..base + 2 * sh.chunk);
@@ -1085,16 +1085,17 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
     Some(p)
 }
 
-/// Whether a fault on the group at `group` (mask bit `bit`) of chunk `ci`
-/// is a forward scan's step: the two groups below it are mapped and faulted
-/// lately (for the second group, the first and the end of the chunk
-/// before). One group below is not enough: an object that straddles a page
-/// boundary (sqlite's page buffers are 4104 and 4368 bytes, a Python
-/// object or a hash bucket at a page's end) faults its two pages in turn
-/// at every random read, and taking that as a scan brought sixteen pages
-/// in for two.
+/// Whether a fault on the group at `group` (mask bit `bit`, `gb` bytes a
+/// group) of chunk `ci` is a scan's step, forward or (`down`) backward:
+/// the two groups behind it are mapped and faulted lately (for the second
+/// group from the chunk's edge, the one behind it and the neighbouring
+/// chunk's edge, `scan_enters`). One group behind is not enough: an object
+/// that straddles a page boundary (sqlite's page buffers are 4104 and
+/// 4368 bytes, a Python object or a hash bucket at a page's end) faults
+/// its two pages in turn at every random read, and taking that as a scan
+/// brought sixteen pages in for two.
 #[allow(clippy::too_many_arguments)]
-fn walked_up(
+fn scan_step(
     sh: &Shared,
     r: &RegionInner,
     ci: usize,
@@ -1103,36 +1104,33 @@ fn walked_up(
     bit: u16,
     group: usize,
     gb: usize,
+    down: bool,
 ) -> bool {
-    let one = mask & (bit >> 1) != 0 && sh.recent.has(group - gb);
-    one && if bit >= 4 {
-        mask & (bit >> 2) != 0 && sh.recent.has(group - 2 * gb)
-    } else {
-        ci > 0 && scan_enters(r, ci, pages, false) && sh.recent.has(group - 2 * gb)
-    }
-}
-
-/// `walked_up` walking down: the two groups above are mapped and faulted
-/// lately (for the last group but one, the last and the start of the chunk
-/// after).
-#[allow(clippy::too_many_arguments)]
-fn walked_back(
-    sh: &Shared,
-    r: &RegionInner,
-    ci: usize,
-    pages: usize,
-    mask: u16,
-    bit: u16,
-    group: usize,
-    gb: usize,
-) -> bool {
-    let top = chunk::group_bit(pages - 1, pages);
-    let one = bit != top && mask & (bit << 1) != 0 && sh.recent.has(group + gb);
-    one && if bit << 1 != top {
-        mask & (bit << 2) != 0 && sh.recent.has(group + 2 * gb)
-    } else {
-        scan_enters(r, ci, pages, true) && sh.recent.has(group + 2 * gb)
-    }
+    let top = u32::from(chunk::group_bit(pages - 1, pages));
+    // The mask bit `k` groups behind, inside the chunk.
+    let behind = |k: u32| {
+        let b = if down {
+            u32::from(bit) << k
+        } else {
+            u32::from(bit) >> k
+        };
+        (b != 0 && b <= top).then_some(b)
+    };
+    let at = |k: usize| {
+        if down {
+            group + k * gb
+        } else {
+            group.wrapping_sub(k * gb)
+        }
+    };
+    let faulted = |k: usize| {
+        behind(k as u32).is_some_and(|b| u32::from(mask) & b != 0) && sh.recent.has(at(k))
+    };
+    faulted(1)
+        && match behind(2) {
+            Some(_) => faulted(2),
+            None => (down || ci > 0) && scan_enters(r, ci, pages, down) && sh.recent.has(at(2)),
+        }
 }
 
 /// Whether a fault on the first page of chunk `ci` may be a forward scan
