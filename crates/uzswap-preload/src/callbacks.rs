@@ -59,37 +59,51 @@ struct Held<T: Copy + 'static> {
 }
 
 impl<T: Copy + 'static> Held<T> {
-    fn new(slot: &'static std::thread::LocalKey<Cell<T>>, f: T) -> Held<T> {
-        Held {
-            slot,
-            old: slot.with(|c| c.replace(f)),
-        }
+    /// None where the thread's locals are gone (a call made in a
+    /// thread-local destructor): the caller passes the program's function
+    /// itself then.
+    fn new(slot: &'static std::thread::LocalKey<Cell<T>>, f: T) -> Option<Held<T>> {
+        let old = slot.try_with(|c| c.replace(f)).ok()?;
+        Some(Held { slot, old })
     }
 }
 
 impl<T: Copy + 'static> Drop for Held<T> {
     fn drop(&mut self) {
         let old = self.old;
-        self.slot.with(|c| c.set(old));
+        let _ = self.slot.try_with(|c| c.set(old));
     }
 }
 
+/// The program's function a trampoline stands for. A trampoline is
+/// handed to libc only while its function is held (`hold`), on this
+/// thread, so None is never seen; were it, the trampoline answers as the
+/// call's neutral value (keep the entry, equal, go on) rather than abort
+/// the program.
+fn held<T: Copy + 'static>(slot: &'static std::thread::LocalKey<Cell<Option<T>>>) -> Option<T> {
+    slot.try_with(Cell::get).ok().flatten()
+}
+
 unsafe extern "C" fn filter(d: *const c_void) -> c_int {
-    let f = FILTER.with(Cell::get).expect("scandir's filter is held");
+    let Some(f) = held(&FILTER) else {
+        return 1;
+    };
     // SAFETY: libc's argument, to the program's function it stands for.
     program_code(|| unsafe { f(d) })
 }
 
 unsafe extern "C" fn compare(a: *const *const c_void, b: *const *const c_void) -> c_int {
-    let f = COMPARE
-        .with(Cell::get)
-        .expect("scandir's comparison is held");
+    let Some(f) = held(&COMPARE) else {
+        return 0;
+    };
     // SAFETY: as `filter`.
     program_code(|| unsafe { f(a, b) })
 }
 
 unsafe extern "C" fn ftw_fn(p: *const c_char, sb: *const c_void, flag: c_int) -> c_int {
-    let f = FTW.with(Cell::get).expect("ftw's callback is held");
+    let Some(f) = held(&FTW) else {
+        return 0;
+    };
     // SAFETY: as `filter`.
     program_code(|| unsafe { f(p, sb, flag) })
 }
@@ -100,21 +114,23 @@ unsafe extern "C" fn nftw_fn(
     flag: c_int,
     ftw: *mut c_void,
 ) -> c_int {
-    let f = NFTW.with(Cell::get).expect("nftw's callback is held");
+    let Some(f) = held(&NFTW) else {
+        return 0;
+    };
     // SAFETY: as `filter`.
     program_code(|| unsafe { f(p, sb, flag, ftw) })
 }
 
 /// The trampoline for callback `f`, if there is one, with `f` held for
-/// the call.
+/// the call; `f` itself where it cannot be held.
 fn hold<T: Copy + 'static>(
     slot: &'static std::thread::LocalKey<Cell<Option<T>>>,
     f: Option<T>,
     tramp: T,
 ) -> (Option<T>, Option<Held<Option<T>>>) {
-    match f {
-        Some(_) => (Some(tramp), Some(Held::new(slot, f))),
-        None => (None, None),
+    match f.and_then(|_| Held::new(slot, f)) {
+        Some(held) => (Some(tramp), Some(held)),
+        None => (f, None),
     }
 }
 
@@ -229,7 +245,9 @@ nftw!(nftw);
 nftw!(nftw64);
 
 unsafe extern "C" fn glob_err(p: *const c_char, e: c_int) -> c_int {
-    let f = GLOB.with(Cell::get).expect("glob's error callback is held");
+    let Some(f) = held(&GLOB) else {
+        return 0;
+    };
     // SAFETY: as `filter`.
     program_code(|| unsafe { f(p, e) })
 }
@@ -265,7 +283,9 @@ glob!(glob, libc::glob_t);
 glob!(glob64, libc::glob64_t);
 
 unsafe extern "C" fn fts_compare(a: *const *const c_void, b: *const *const c_void) -> c_int {
-    let f = FTS.with(Cell::get).expect("fts's comparison is held");
+    let Some(f) = held(&FTS) else {
+        return 0;
+    };
     // SAFETY: as `filter`.
     program_code(|| unsafe { f(a, b) })
 }
