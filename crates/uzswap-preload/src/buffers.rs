@@ -702,6 +702,61 @@ wrap!(sched_getaffinity(pid: i32, n: usize, m: *mut libc::cpu_set_t) -> [i32] pi
     => |f: unsafe extern "C" fn(i32, usize, *mut libc::cpu_set_t) -> i32| f(pid, n, m));
 wrap!(sched_setaffinity(pid: i32, n: usize, m: *const libc::cpu_set_t) -> [i32] pins |p| { p.add(m as *const _, n, false) }
     => |f: unsafe extern "C" fn(i32, usize, *const libc::cpu_set_t) -> i32| f(pid, n, m));
+// Timers, signals waited for, offsets of a splice, System V and POSIX
+// messages and semaphores: each a structure or a message the kernel reads
+// or writes inside the call.
+wrap!(times(t: *mut libc::tms) -> [libc::clock_t] pins |p| { p.one(t, true) }
+    => |f: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t| f(t));
+wrap!(getitimer(w: i32, cur: *mut libc::itimerval) -> [i32] pins |p| { p.one(cur, true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::itimerval) -> i32| f(w, cur));
+wrap!(setitimer(w: i32, new: *const libc::itimerval, old: *mut libc::itimerval) -> [i32]
+    pins |p| { p.one(new, false); p.one(old, true) }
+    => |f: unsafe extern "C" fn(i32, *const libc::itimerval, *mut libc::itimerval) -> i32| f(w, new, old));
+type Its = *const libc::itimerspec;
+type Itsm = *mut libc::itimerspec;
+wrap!(timerfd_settime(fd: i32, fl: i32, new: Its, old: Itsm) -> [i32] pins |p| { p.one(new, false); p.one(old, true) }
+    => |f: unsafe extern "C" fn(i32, i32, Its, Itsm) -> i32| f(fd, fl, new, old));
+wrap!(timerfd_gettime(fd: i32, cur: Itsm) -> [i32] pins |p| { p.one(cur, true) }
+    => |f: unsafe extern "C" fn(i32, Itsm) -> i32| f(fd, cur));
+wrap!(timer_settime(t: libc::timer_t, fl: i32, new: Its, old: Itsm) -> [i32] pins |p| { p.one(new, false); p.one(old, true) }
+    => |f: unsafe extern "C" fn(libc::timer_t, i32, Its, Itsm) -> i32| f(t, fl, new, old));
+wrap!(timer_gettime(t: libc::timer_t, cur: Itsm) -> [i32] pins |p| { p.one(cur, true) }
+    => |f: unsafe extern "C" fn(libc::timer_t, Itsm) -> i32| f(t, cur));
+wrap!(splice(fi: i32, oi: *mut i64, fo: i32, oo: *mut i64, n: usize, fl: u32) pins |p| { p.one(oi, true); p.one(oo, true) }
+    => |f: unsafe extern "C" fn(i32, *mut i64, i32, *mut i64, usize, u32) -> Ssize| f(fi, oi, fo, oo, n, fl));
+type Set = *const libc::sigset_t;
+type Info = *mut libc::siginfo_t;
+wrap!(sigtimedwait(s: Set, i: Info, t: Ts) -> [i32] pins |p| { p.one(s, false); p.one(i, true); p.one(t, false) }
+    => |f: unsafe extern "C" fn(Set, Info, Ts) -> i32| f(s, i, t));
+wrap!(sigwaitinfo(s: Set, i: Info) -> [i32] pins |p| { p.one(s, false); p.one(i, true) }
+    => |f: unsafe extern "C" fn(Set, Info) -> i32| f(s, i));
+wrap!(sigwait(s: Set, sig: *mut i32) -> [i32] pins |p| { p.one(s, false); p.one(sig, true) }
+    => |f: unsafe extern "C" fn(Set, *mut i32) -> i32| f(s, sig));
+wrap!(sigpending(s: *mut libc::sigset_t) -> [i32] pins |p| { p.one(s, true) }
+    => |f: unsafe extern "C" fn(*mut libc::sigset_t) -> i32| f(s));
+/// A System V message: its type (a long) and then `n` bytes.
+const MTYPE: usize = std::mem::size_of::<libc::c_long>();
+wrap!(msgsnd(id: i32, m: Cv, n: usize, fl: i32) -> [i32] pins |p| { p.add(m, MTYPE + n, false) }
+    => |f: unsafe extern "C" fn(i32, Cv, usize, i32) -> i32| f(id, m, n, fl));
+wrap!(msgrcv(id: i32, m: Mv, n: usize, ty: libc::c_long, fl: i32) pins |p| { p.add(m, MTYPE + n, true) }
+    => |f: unsafe extern "C" fn(i32, Mv, usize, libc::c_long, i32) -> Ssize| f(id, m, n, ty, fl));
+type Sops = *mut libc::sembuf;
+wrap!(semop(id: i32, s: Sops, n: usize) -> [i32]
+    pins |p| { p.add(s as Cv, n.saturating_mul(std::mem::size_of::<libc::sembuf>()), false) }
+    => |f: unsafe extern "C" fn(i32, Sops, usize) -> i32| f(id, s, n));
+wrap!(semtimedop(id: i32, s: Sops, n: usize, t: Ts) -> [i32]
+    pins |p| { p.add(s as Cv, n.saturating_mul(std::mem::size_of::<libc::sembuf>()), false); p.one(t, false) }
+    => |f: unsafe extern "C" fn(i32, Sops, usize, Ts) -> i32| f(id, s, n, t));
+wrap!(mq_send(q: libc::mqd_t, m: Cs, n: usize, pr: u32) -> [i32] pins |p| { p.add(m as Cv, n, false) }
+    => |f: unsafe extern "C" fn(libc::mqd_t, Cs, usize, u32) -> i32| f(q, m, n, pr));
+wrap!(mq_timedsend(q: libc::mqd_t, m: Cs, n: usize, pr: u32, t: Ts) -> [i32] pins |p| { p.add(m as Cv, n, false); p.one(t, false) }
+    => |f: unsafe extern "C" fn(libc::mqd_t, Cs, usize, u32, Ts) -> i32| f(q, m, n, pr, t));
+wrap!(mq_receive(q: libc::mqd_t, m: *mut libc::c_char, n: usize, pr: *mut u32) pins |p| { p.add(m as Cv, n, true); p.one(pr, true) }
+    => |f: unsafe extern "C" fn(libc::mqd_t, *mut libc::c_char, usize, *mut u32) -> Ssize| f(q, m, n, pr));
+wrap!(mq_timedreceive(q: libc::mqd_t, m: *mut libc::c_char, n: usize, pr: *mut u32, t: Ts)
+    pins |p| { p.add(m as Cv, n, true); p.one(pr, true); p.one(t, false) }
+    => |f: unsafe extern "C" fn(libc::mqd_t, *mut libc::c_char, usize, *mut u32, Ts) -> Ssize| f(q, m, n, pr, t));
+
 wrap!(sendfile(o: i32, i: i32, off: *mut i64, n: usize) pins |p| { p.one(off, true) }
     => |f: unsafe extern "C" fn(i32, i32, *mut i64, usize) -> Ssize| f(o, i, off, n));
 wrap!(sendfile64(o: i32, i: i32, off: *mut i64, n: usize) pins |p| { p.one(off, true) }

@@ -10,7 +10,8 @@
  * mode), each of these failed with EFAULT. Then the calls that take a
  * path, their names and values in evicted memory, in a directory of their
  * own under /tmp; ioctl and fcntl requests, their structures evicted,
- * between the two. Usage: syscall_structs EXE (a readable file for
+ * between the two; then timers, a signal waited for, a splice's offset,
+ * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -35,6 +36,13 @@
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/inotify.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/timerfd.h>
+#include <sys/times.h>
+#include <mqueue.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <termios.h>
@@ -64,6 +72,106 @@ static void evict(void) {
     if (!big) big = malloc(n);
     round++;
     for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
+}
+
+/* Timers, a signal waited for, a splice's offset, System V and POSIX
+ * messages and semaphores: each structure or message in a chunk of its
+ * own, evicted before its call. Where the kernel lacks System V IPC or
+ * POSIX message queues (ENOSYS) that part is left out. */
+static int timers_and_messages(void) {
+    char *a = malloc(CHUNK * 24 + CHUNK);
+    a = (char *)(((uintptr_t)a + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
+    memset(a, 0, CHUNK * 24);
+    int n = 0;
+#define MORE(T) ((T *)(a + CHUNK * n++ + 64))
+    struct tms *t = MORE(struct tms);
+    struct itimerval *iv = MORE(struct itimerval), *ov = MORE(struct itimerval);
+    struct itimerspec *its = MORE(struct itimerspec), *ots = MORE(struct itimerspec);
+    loff_t *off = MORE(loff_t);
+    sigset_t *set = MORE(sigset_t);
+    siginfo_t *si = MORE(siginfo_t);
+    struct timespec *ts = MORE(struct timespec);
+    struct msgbuf_ { long mtype; char text[64]; } *msg = MORE(struct msgbuf_), *got = MORE(struct msgbuf_);
+    struct sembuf *sb = MORE(struct sembuf);
+    char *mq_out = MORE(char), *mq_in = MORE(char);
+#undef MORE
+    iv->it_value.tv_sec = 100;
+    its->it_value.tv_sec = 100;
+    sigemptyset(set);
+    sigaddset(set, SIGUSR1);
+    ts->tv_sec = 1;
+    msg->mtype = 1;
+    strcpy(msg->text, "hello");
+    sb->sem_op = 1;
+    strcpy(mq_in, "mq-hello");
+    evict();
+    CHECK("times", times(t) != (clock_t)-1 && t->tms_utime + t->tms_stime > 0);
+    evict();
+    CHECK("setitimer", setitimer(ITIMER_VIRTUAL, iv, ov) == 0);
+    evict();
+    CHECK("getitimer", getitimer(ITIMER_VIRTUAL, ov) == 0 && ov->it_value.tv_sec > 0);
+    iv->it_value.tv_sec = 0;
+    setitimer(ITIMER_VIRTUAL, iv, NULL);
+    int tfd = timerfd_create(CLOCK_MONOTONIC, 0);
+    evict();
+    CHECK("timerfd_settime", timerfd_settime(tfd, 0, its, ots) == 0);
+    evict();
+    CHECK("timerfd_gettime", timerfd_gettime(tfd, ots) == 0 && ots->it_value.tv_sec > 0);
+    close(tfd);
+    timer_t tm;
+    CHECK("timer_create", timer_create(CLOCK_MONOTONIC, NULL, &tm) == 0);
+    evict();
+    CHECK("timer_settime", timer_settime(tm, 0, its, ots) == 0);
+    evict();
+    CHECK("timer_gettime", timer_gettime(tm, ots) == 0 && ots->it_value.tv_sec > 0);
+    timer_delete(tm);
+    int q[2];
+    CHECK("pipe", pipe(q) == 0);
+    FILE *tmp = tmpfile();
+    fputs("0123456789", tmp);
+    fflush(tmp);
+    *off = 2;
+    evict();
+    CHECK("splice", splice(fileno(tmp), off, q[1], NULL, 4, 0) == 4 && *off == 6);
+    fclose(tmp);
+    close(q[0]);
+    close(q[1]);
+    sigprocmask(SIG_BLOCK, set, NULL);
+    raise(SIGUSR1);
+    evict();
+    CHECK("sigtimedwait", sigtimedwait(set, si, ts) == SIGUSR1 && si->si_signo == SIGUSR1);
+    int mq = msgget(IPC_PRIVATE, 0600);
+    if (mq >= 0) {
+        evict();
+        CHECK("msgsnd", msgsnd(mq, msg, 6, 0) == 0);
+        evict();
+        CHECK("msgrcv", msgrcv(mq, got, 64, 0, IPC_NOWAIT) == 6 && !strcmp(got->text, "hello"));
+        msgctl(mq, IPC_RMID, NULL);
+        int sem = semget(IPC_PRIVATE, 1, 0600);
+        CHECK("semget", sem >= 0);
+        evict();
+        CHECK("semop", semop(sem, sb, 1) == 0 && semctl(sem, 0, GETVAL) == 1);
+        semctl(sem, 0, IPC_RMID);
+    } else {
+        CHECK("msgget", errno == ENOSYS);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "/uzswap-structs-%d", (int)getpid());
+    mqd_t m = mq_open(name, O_CREAT | O_RDWR | O_NONBLOCK, 0600, NULL);
+    if (m != (mqd_t)-1) {
+        struct mq_attr at;
+        mq_getattr(m, &at);
+        evict();
+        CHECK("mq_send", mq_send(m, mq_in, 9, 0) == 0);
+        evict();
+        CHECK("mq_receive", at.mq_msgsize <= CHUNK - 64 &&
+                                mq_receive(m, mq_out, at.mq_msgsize, NULL) == 9 && !strcmp(mq_out, "mq-hello"));
+        mq_close(m);
+        mq_unlink(name);
+    } else {
+        CHECK("mq_open", errno == ENOSYS);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -251,6 +359,8 @@ int main(int argc, char **argv) {
     unlink(fifo);
     unlink(file);
     rmdir(dir);
+    if (timers_and_messages())
+        return 1;
     printf("ok syscall_structs\n");
     return 0;
 }
