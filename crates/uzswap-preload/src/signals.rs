@@ -174,10 +174,22 @@ pub(crate) unsafe fn with_wait_mask<R>(
     wait(unsafe { applied(libc::SIG_SETMASK, set, &mut copy) })
 }
 
+/// The masks the kernel reads (`set`) and writes (`old`) inside the call,
+/// pinned where its faults are not served (a mask in the heap, evicted,
+/// failed the call with EFAULT).
+fn pin_masks(set: *const sigset_t, old: *mut sigset_t) -> Option<crate::buffers::Pins> {
+    let mut p = crate::buffers::Pins::new()?;
+    let n = std::mem::size_of::<sigset_t>();
+    p.add(set.cast(), n, false);
+    p.add(old.cast_const().cast(), n, true);
+    Some(p)
+}
+
 /// # Safety
 /// As sigsuspend(2).
 #[no_mangle]
 pub unsafe extern "C" fn sigsuspend(set: *const sigset_t) -> c_int {
+    let _pins = pin_masks(set, std::ptr::null_mut());
     match real::sigsuspend() {
         // SAFETY: the caller's set, maybe without SIGBUS.
         Some(f) => unsafe { with_wait_mask(set, |m| f(m)) },
@@ -196,6 +208,7 @@ pub unsafe extern "C" fn sigprocmask(
     set: *const sigset_t,
     old: *mut sigset_t,
 ) -> c_int {
+    let _pins = pin_masks(set, old);
     let mut copy = None;
     // SAFETY: the caller's set.
     let set = unsafe { applied(how, set, &mut copy) };
@@ -217,6 +230,7 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const sigset_t,
     old: *mut sigset_t,
 ) -> c_int {
+    let _pins = pin_masks(set, old);
     let mut copy = None;
     // SAFETY: the caller's set.
     let set = unsafe { applied(how, set, &mut copy) };

@@ -10,7 +10,7 @@
  * mode), each of these failed with EFAULT. Then the calls that take a
  * path, their names and values in evicted memory, in a directory of their
  * own under /tmp; ioctl and fcntl requests, their structures evicted,
- * between the two; then timers, a signal waited for, a splice's offset,
+ * between the two; then timers, signal masks, a signal waited for, a splice's offset,
  * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
@@ -42,6 +42,7 @@
 #include <sys/timerfd.h>
 #include <sys/times.h>
 #include <mqueue.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -74,7 +75,7 @@ static void evict(void) {
     for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
 }
 
-/* Timers, a signal waited for, a splice's offset, System V and POSIX
+/* Timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
  * messages and semaphores: each structure or message in a chunk of its
  * own, evicted before its call. Where the kernel lacks System V IPC or
  * POSIX message queues (ENOSYS) that part is left out. */
@@ -94,6 +95,7 @@ static int timers_and_messages(void) {
     struct msgbuf_ { long mtype; char text[64]; } *msg = MORE(struct msgbuf_), *got = MORE(struct msgbuf_);
     struct sembuf *sb = MORE(struct sembuf);
     char *mq_out = MORE(char), *mq_in = MORE(char);
+    sigset_t *mask = MORE(sigset_t), *was = MORE(sigset_t);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -136,6 +138,12 @@ static int timers_and_messages(void) {
     fclose(tmp);
     close(q[0]);
     close(q[1]);
+    sigemptyset(mask);
+    sigaddset(mask, SIGUSR2);
+    evict();
+    CHECK("sigprocmask", sigprocmask(SIG_BLOCK, mask, was) == 0 && !sigismember(was, SIGUSR2));
+    evict();
+    CHECK("pthread_sigmask", pthread_sigmask(SIG_UNBLOCK, mask, was) == 0 && sigismember(was, SIGUSR2));
     sigprocmask(SIG_BLOCK, set, NULL);
     raise(SIGUSR1);
     evict();
