@@ -476,6 +476,18 @@ wrap!(fcntl(fd: i32, cmd: i32, arg: Mv) -> [i32] pins |p| { p.fcntl(cmd, arg) }
     => |f: unsafe extern "C" fn(i32, i32, Mv) -> i32| f(fd, cmd, arg));
 wrap!(fcntl64(fd: i32, cmd: i32, arg: Mv) -> [i32] pins |p| { p.fcntl(cmd, arg) }
     => |f: unsafe extern "C" fn(i32, i32, Mv) -> i32| f(fd, cmd, arg));
+// prctl is variadic in C; on x86-64 its integer arguments arrive in the
+// registers of a prototype with four more words.
+type Ul = libc::c_ulong;
+wrap!(prctl(op: i32, a2: Ul, a3: Ul, a4: Ul, a5: Ul) -> [i32] pins |p| { p.prctl(op, a2, a3) }
+    => |f: unsafe extern "C" fn(i32, Ul, Ul, Ul, Ul) -> i32| f(op, a2, a3, a4, a5));
+// glibc names another thread through /proc with its internal write and
+// reads the name back with its internal read, and its own with prctl.
+wrap!(pthread_setname_np(t: libc::pthread_t, name: Cs) -> [i32] pins |p| { p.path(name) }
+    => |f: unsafe extern "C" fn(libc::pthread_t, Cs) -> i32| f(t, name));
+wrap!(pthread_getname_np(t: libc::pthread_t, buf: *mut libc::c_char, n: usize) -> [i32]
+    pins |p| { p.add(buf as Cv, n, true) }
+    => |f: unsafe extern "C" fn(libc::pthread_t, *mut libc::c_char, usize) -> i32| f(t, buf, n));
 
 /// The bytes a legacy (unencoded) ioctl request reads or writes at its
 /// argument, and whether the kernel writes them; `None`: not known.
@@ -547,6 +559,46 @@ impl Pins {
             // SAFETY: the union's buffer member, as the request uses it.
             let buf = unsafe { c.ifc_ifcu.ifcu_buf };
             self.add(buf as *const c_void, c.ifc_len.max(0) as usize, true);
+        }
+    }
+
+    /// A prctl's memory: a thread's name (the kernel copies up to 16
+    /// bytes in or out), an int or a pointer it reports, a seccomp filter.
+    ///
+    /// # Safety
+    /// The arguments are what the option takes.
+    unsafe fn prctl(&mut self, op: i32, a2: libc::c_ulong, a3: libc::c_ulong) {
+        /// TASK_COMM_LEN.
+        const COMM: usize = 16;
+        let p = a2 as *const c_void;
+        match op {
+            libc::PR_SET_NAME if !p.is_null() && crate::vma::in_regions(a2 as usize) => {
+                // SAFETY: the caller's name; reading it brings it in.
+                let n = unsafe { libc::strnlen(p.cast(), COMM) };
+                self.add(p, (n + 1).min(COMM), false);
+            }
+            libc::PR_GET_NAME => self.add(p, COMM, true),
+            libc::PR_GET_PDEATHSIG
+            | libc::PR_GET_TSC
+            | libc::PR_GET_UNALIGN
+            | libc::PR_GET_FPEXC
+            | libc::PR_GET_FPEMU
+            | libc::PR_GET_ENDIAN => self.add(p, std::mem::size_of::<i32>(), true),
+            libc::PR_GET_TID_ADDRESS => self.add(p, std::mem::size_of::<usize>(), true),
+            libc::PR_SET_SECCOMP if a2 == libc::SECCOMP_MODE_FILTER as libc::c_ulong => {
+                let prog = a3 as *const libc::sock_fprog;
+                self.add(prog.cast(), std::mem::size_of::<libc::sock_fprog>(), false);
+                if !prog.is_null() {
+                    // SAFETY: the caller's program, pinned above.
+                    let (len, filter) = unsafe { ((*prog).len as usize, (*prog).filter) };
+                    self.add(
+                        filter.cast(),
+                        len * std::mem::size_of::<libc::sock_filter>(),
+                        false,
+                    );
+                }
+            }
+            _ => {}
         }
     }
 

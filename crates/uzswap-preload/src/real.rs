@@ -259,6 +259,9 @@ real_fns! {
     utimensat: unsafe extern "C" fn(c_int, Str, *const libc::timespec, c_int) -> c_int;
     futimens: unsafe extern "C" fn(c_int, *const libc::timespec) -> c_int;
     times: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t;
+    prctl: unsafe extern "C" fn(c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> c_int;
+    pthread_setname_np: unsafe extern "C" fn(libc::pthread_t, Str) -> c_int;
+    pthread_getname_np: unsafe extern "C" fn(libc::pthread_t, *mut c_char, usize) -> c_int;
     getitimer: unsafe extern "C" fn(c_int, *mut libc::itimerval) -> c_int;
     setitimer: unsafe extern "C" fn(c_int, *const libc::itimerval, *mut libc::itimerval) -> c_int;
     timerfd_settime: unsafe extern "C" fn(c_int, c_int, *const libc::itimerspec, *mut libc::itimerspec) -> c_int;

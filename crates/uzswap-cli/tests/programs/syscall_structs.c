@@ -10,7 +10,7 @@
  * mode), each of these failed with EFAULT. Then the calls that take a
  * path, their names and values in evicted memory, in a directory of their
  * own under /tmp; ioctl and fcntl requests, their structures evicted,
- * between the two; then timers, signal masks, a signal waited for, a splice's offset,
+ * between the two; then thread names, timers, signal masks, a signal waited for, a splice's offset,
  * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
@@ -36,6 +36,7 @@
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/inotify.h>
+#include <sys/prctl.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
 #include <sys/sem.h>
@@ -75,10 +76,17 @@ static void evict(void) {
     for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
 }
 
-/* Timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
+/* Thread names (prctl, pthread), timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
  * messages and semaphores: each structure or message in a chunk of its
  * own, evicted before its call. Where the kernel lacks System V IPC or
  * POSIX message queues (ENOSYS) that part is left out. */
+static void *sleeper(void *arg) {
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
 static int timers_and_messages(void) {
     char *a = malloc(CHUNK * 24 + CHUNK);
     a = (char *)(((uintptr_t)a + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
@@ -96,6 +104,7 @@ static int timers_and_messages(void) {
     struct sembuf *sb = MORE(struct sembuf);
     char *mq_out = MORE(char), *mq_in = MORE(char);
     sigset_t *mask = MORE(sigset_t), *was = MORE(sigset_t);
+    char *comm = MORE(char), *comm_out = MORE(char), *other = MORE(char), *other_out = MORE(char);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -106,6 +115,20 @@ static int timers_and_messages(void) {
     strcpy(msg->text, "hello");
     sb->sem_op = 1;
     strcpy(mq_in, "mq-hello");
+    strcpy(comm, "uz-structs");
+    strcpy(other, "uz-other");
+    evict();
+    CHECK("prctl PR_SET_NAME", prctl(PR_SET_NAME, comm) == 0);
+    evict();
+    CHECK("prctl PR_GET_NAME", prctl(PR_GET_NAME, comm_out) == 0 && !strcmp(comm_out, "uz-structs"));
+    pthread_t th;
+    CHECK("pthread_create", pthread_create(&th, NULL, sleeper, NULL) == 0);
+    evict();
+    CHECK("pthread_setname_np", pthread_setname_np(th, other) == 0);
+    evict();
+    CHECK("pthread_getname_np", pthread_getname_np(th, other_out, 16) == 0 && !strcmp(other_out, "uz-other"));
+    pthread_cancel(th);
+    pthread_join(th, NULL);
     evict();
     CHECK("times", times(t) != (clock_t)-1 && t->tms_utime + t->tms_stime > 0);
     evict();
