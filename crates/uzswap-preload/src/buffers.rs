@@ -786,6 +786,23 @@ wrap!(sigwait(s: Set, sig: *mut i32) -> [i32] pins |p| { p.one(s, false); p.one(
     => |f: unsafe extern "C" fn(Set, *mut i32) -> i32| f(s, sig));
 wrap!(sigpending(s: *mut libc::sigset_t) -> [i32] pins |p| { p.one(s, true) }
     => |f: unsafe extern "C" fn(*mut libc::sigset_t) -> i32| f(s));
+wrap!(memfd_create(name: Cs, fl: u32) -> [i32] pins |p| { p.path(name) }
+    => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(name, fl));
+wrap!(timer_create(c: libc::clockid_t, ev: *mut libc::sigevent, t: *mut libc::timer_t) -> [i32]
+    pins |p| { p.one(ev, false); p.one(t, true) }
+    => |f: unsafe extern "C" fn(libc::clockid_t, *mut libc::sigevent, *mut libc::timer_t) -> i32| f(c, ev, t));
+// mq_open is variadic (the mode and attributes only with O_CREAT); on
+// x86-64 both arrive in registers whether passed or not, and are read
+// only with O_CREAT.
+type Mqa = *mut libc::mq_attr;
+wrap!(mq_open(name: Cs, fl: i32, mode: libc::mode_t, at: Mqa) -> [libc::mqd_t]
+    pins |p| { p.path(name); if fl & libc::O_CREAT != 0 { p.one(at, false) } }
+    => |f: unsafe extern "C" fn(Cs, i32, libc::mode_t, Mqa) -> libc::mqd_t| f(name, fl, mode, at));
+wrap!(mq_getattr(q: libc::mqd_t, at: Mqa) -> [i32] pins |p| { p.one(at, true) }
+    => |f: unsafe extern "C" fn(libc::mqd_t, Mqa) -> i32| f(q, at));
+wrap!(mq_setattr(q: libc::mqd_t, new: *const libc::mq_attr, old: Mqa) -> [i32]
+    pins |p| { p.one(new, false); p.one(old, true) }
+    => |f: unsafe extern "C" fn(libc::mqd_t, *const libc::mq_attr, Mqa) -> i32| f(q, new, old));
 /// A System V message: its type (a long) and then `n` bytes.
 const MTYPE: usize = std::mem::size_of::<libc::c_long>();
 wrap!(msgsnd(id: i32, m: Cv, n: usize, fl: i32) -> [i32] pins |p| { p.add(m, MTYPE + n, false) }

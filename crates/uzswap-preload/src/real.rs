@@ -259,6 +259,11 @@ real_fns! {
     utimensat: unsafe extern "C" fn(c_int, Str, *const libc::timespec, c_int) -> c_int;
     futimens: unsafe extern "C" fn(c_int, *const libc::timespec) -> c_int;
     times: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t;
+    memfd_create: unsafe extern "C" fn(Str, u32) -> c_int;
+    timer_create: unsafe extern "C" fn(libc::clockid_t, *mut libc::sigevent, *mut libc::timer_t) -> c_int;
+    mq_open: unsafe extern "C" fn(Str, c_int, libc::mode_t, *mut libc::mq_attr) -> libc::mqd_t;
+    mq_getattr: unsafe extern "C" fn(libc::mqd_t, *mut libc::mq_attr) -> c_int;
+    mq_setattr: unsafe extern "C" fn(libc::mqd_t, *const libc::mq_attr, *mut libc::mq_attr) -> c_int;
     prctl: unsafe extern "C" fn(c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> c_int;
     pthread_setname_np: unsafe extern "C" fn(libc::pthread_t, Str) -> c_int;
     pthread_getname_np: unsafe extern "C" fn(libc::pthread_t, *mut c_char, usize) -> c_int;

@@ -10,7 +10,7 @@
  * mode), each of these failed with EFAULT. Then the calls that take a
  * path, their names and values in evicted memory, in a directory of their
  * own under /tmp; ioctl and fcntl requests, their structures evicted,
- * between the two; then thread names, timers, signal masks, a signal waited for, a splice's offset,
+ * between the two; then thread names, a memfd's name, timers, signal masks, a signal waited for, a splice's offset,
  * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
@@ -36,6 +36,7 @@
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
@@ -76,7 +77,7 @@ static void evict(void) {
     for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
 }
 
-/* Thread names (prctl, pthread), timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
+/* Thread names (prctl, pthread), a memfd's name, timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
  * messages and semaphores: each structure or message in a chunk of its
  * own, evicted before its call. Where the kernel lacks System V IPC or
  * POSIX message queues (ENOSYS) that part is left out. */
@@ -88,9 +89,9 @@ static void *sleeper(void *arg) {
 }
 
 static int timers_and_messages(void) {
-    char *a = malloc(CHUNK * 24 + CHUNK);
+    char *a = malloc(CHUNK * 32 + CHUNK);
     a = (char *)(((uintptr_t)a + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
-    memset(a, 0, CHUNK * 24);
+    memset(a, 0, CHUNK * 32);
     int n = 0;
 #define MORE(T) ((T *)(a + CHUNK * n++ + 64))
     struct tms *t = MORE(struct tms);
@@ -105,6 +106,10 @@ static int timers_and_messages(void) {
     char *mq_out = MORE(char), *mq_in = MORE(char);
     sigset_t *mask = MORE(sigset_t), *was = MORE(sigset_t);
     char *comm = MORE(char), *comm_out = MORE(char), *other = MORE(char), *other_out = MORE(char);
+    char *memfd_name = MORE(char), *mq_name = MORE(char);
+    struct sigevent *sev = MORE(struct sigevent);
+    timer_t *made = MORE(timer_t);
+    struct mq_attr *mq_at = MORE(struct mq_attr), *mq_now = MORE(struct mq_attr);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -143,8 +148,15 @@ static int timers_and_messages(void) {
     evict();
     CHECK("timerfd_gettime", timerfd_gettime(tfd, ots) == 0 && ots->it_value.tv_sec > 0);
     close(tfd);
-    timer_t tm;
-    CHECK("timer_create", timer_create(CLOCK_MONOTONIC, NULL, &tm) == 0);
+    sev->sigev_notify = SIGEV_NONE;
+    evict();
+    CHECK("timer_create", timer_create(CLOCK_MONOTONIC, sev, made) == 0);
+    timer_t tm = *made;
+    strcpy(memfd_name, "uz-structs");
+    evict();
+    int mfd = memfd_create(memfd_name, 0);
+    CHECK("memfd_create", mfd >= 0);
+    close(mfd);
     evict();
     CHECK("timer_settime", timer_settime(tm, 0, its, ots) == 0);
     evict();
@@ -186,19 +198,22 @@ static int timers_and_messages(void) {
     } else {
         CHECK("msgget", errno == ENOSYS);
     }
-    char name[64];
-    snprintf(name, sizeof name, "/uzswap-structs-%d", (int)getpid());
-    mqd_t m = mq_open(name, O_CREAT | O_RDWR | O_NONBLOCK, 0600, NULL);
+    snprintf(mq_name, 64, "/uzswap-structs-%d", (int)getpid());
+    mq_at->mq_maxmsg = 4;
+    mq_at->mq_msgsize = 256;
+    evict();
+    mqd_t m = mq_open(mq_name, O_CREAT | O_RDWR | O_NONBLOCK, 0600, mq_at);
     if (m != (mqd_t)-1) {
-        struct mq_attr at;
-        mq_getattr(m, &at);
+        evict();
+        CHECK("mq_getattr", mq_getattr(m, mq_now) == 0 && mq_now->mq_msgsize == 256);
+        struct mq_attr at = *mq_now;
         evict();
         CHECK("mq_send", mq_send(m, mq_in, 9, 0) == 0);
         evict();
         CHECK("mq_receive", at.mq_msgsize <= CHUNK - 64 &&
                                 mq_receive(m, mq_out, at.mq_msgsize, NULL) == 9 && !strcmp(mq_out, "mq-hello"));
         mq_close(m);
-        mq_unlink(name);
+        mq_unlink(mq_name);
     } else {
         CHECK("mq_open", errno == ENOSYS);
     }
