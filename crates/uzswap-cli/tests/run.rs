@@ -945,7 +945,8 @@ fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Val
 /// and fcntl (locks, owner) on evicted structures; then the path calls (chown, lchown, fchownat, fchmodat,
 /// linkat, symlinkat, mkfifo, utimes, utime, inotify_add_watch, the
 /// extended attribute calls) and getentropy; then thread names (prctl,
-/// pthread_setname_np and pthread_getname_np), a memfd's name, times, get/setitimer,
+/// pthread_setname_np and pthread_getname_np), capget, a memfd's name,
+/// times, get/setitimer,
 /// timer_ and timerfd_ set/gettime, sigprocmask and pthread_sigmask (both
 /// masks), splice's offset, sigtimedwait, msgsnd,
 /// msgrcv, semop, mq_send and mq_receive. In user mode only and signal

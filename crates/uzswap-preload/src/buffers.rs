@@ -588,8 +588,10 @@ impl Pins {
             libc::PR_SET_SECCOMP if a2 == libc::SECCOMP_MODE_FILTER as libc::c_ulong => {
                 let prog = a3 as *const libc::sock_fprog;
                 self.add(prog.cast(), std::mem::size_of::<libc::sock_fprog>(), false);
-                if !prog.is_null() {
-                    // SAFETY: the caller's program, pinned above.
+                if crate::vma::in_regions(prog as usize) {
+                    // SAFETY: the caller's program, in a region, pinned
+                    // above (a bad pointer elsewhere is the kernel's to
+                    // refuse).
                     let (len, filter) = unsafe { ((*prog).len as usize, (*prog).filter) };
                     self.add(
                         filter.cast(),
@@ -786,6 +788,33 @@ wrap!(sigwait(s: Set, sig: *mut i32) -> [i32] pins |p| { p.one(s, false); p.one(
     => |f: unsafe extern "C" fn(Set, *mut i32) -> i32| f(s, sig));
 wrap!(sigpending(s: *mut libc::sigset_t) -> [i32] pins |p| { p.one(s, true) }
     => |f: unsafe extern "C" fn(*mut libc::sigset_t) -> i32| f(s));
+// Capabilities (libcap's `cap_get_proc` asks into a block it allocates):
+// the header (version, pid; the kernel writes the version it takes back)
+// and, for versions 2 and 3, two 12-byte data words (one for version 1).
+const CAP_HEADER: usize = 8;
+const CAP_DATA: usize = 12;
+/// `_LINUX_CAPABILITY_VERSION_1`: one data word; later versions two.
+const CAP_V1: u32 = 0x1998_0330;
+fn cap_words(hdr: *const c_void) -> usize {
+    // Read only region memory, pinned (so brought in) before this: a bad
+    // pointer elsewhere is the kernel's to refuse, not ours to fault on.
+    if !crate::vma::in_regions(hdr as usize) {
+        return 2;
+    }
+    // SAFETY: the caller's header, in a region and pinned.
+    let v = unsafe { (hdr as *const u32).read_unaligned() };
+    if v == CAP_V1 {
+        1
+    } else {
+        2
+    }
+}
+wrap!(capget(h: Mv, d: Mv) -> [i32]
+    pins |p| { p.add(h, CAP_HEADER, true); p.add(d, cap_words(h) * CAP_DATA, true) }
+    => |f: unsafe extern "C" fn(Mv, Mv) -> i32| f(h, d));
+wrap!(capset(h: Mv, d: Cv) -> [i32]
+    pins |p| { p.add(h, CAP_HEADER, true); p.add(d, cap_words(h) * CAP_DATA, false) }
+    => |f: unsafe extern "C" fn(Mv, Cv) -> i32| f(h, d));
 wrap!(memfd_create(name: Cs, fl: u32) -> [i32] pins |p| { p.path(name) }
     => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(name, fl));
 wrap!(timer_create(c: libc::clockid_t, ev: *mut libc::sigevent, t: *mut libc::timer_t) -> [i32]

@@ -260,6 +260,8 @@ real_fns! {
     futimens: unsafe extern "C" fn(c_int, *const libc::timespec) -> c_int;
     times: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t;
     memfd_create: unsafe extern "C" fn(Str, u32) -> c_int;
+    capget: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+    capset: unsafe extern "C" fn(*mut c_void, *const c_void) -> c_int;
     timer_create: unsafe extern "C" fn(libc::clockid_t, *mut libc::sigevent, *mut libc::timer_t) -> c_int;
     mq_open: unsafe extern "C" fn(Str, c_int, libc::mode_t, *mut libc::mq_attr) -> libc::mqd_t;
     mq_getattr: unsafe extern "C" fn(libc::mqd_t, *mut libc::mq_attr) -> c_int;

@@ -10,7 +10,7 @@
  * mode), each of these failed with EFAULT. Then the calls that take a
  * path, their names and values in evicted memory, in a directory of their
  * own under /tmp; ioctl and fcntl requests, their structures evicted,
- * between the two; then thread names, a memfd's name, timers, signal masks, a signal waited for, a splice's offset,
+ * between the two; then thread names, capabilities, a memfd's name, timers, signal masks, a signal waited for, a splice's offset,
  * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
@@ -36,6 +36,8 @@
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/inotify.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ipc.h>
@@ -77,10 +79,13 @@ static void evict(void) {
     for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
 }
 
-/* Thread names (prctl, pthread), a memfd's name, timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
+/* Thread names (prctl, pthread), capabilities, a memfd's name, timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
  * messages and semaphores: each structure or message in a chunk of its
  * own, evicted before its call. Where the kernel lacks System V IPC or
  * POSIX message queues (ENOSYS) that part is left out. */
+/* glibc's own, not in its headers. */
+int capget(cap_user_header_t, cap_user_data_t);
+
 static void *sleeper(void *arg) {
     (void)arg;
     for (;;)
@@ -110,6 +115,8 @@ static int timers_and_messages(void) {
     struct sigevent *sev = MORE(struct sigevent);
     timer_t *made = MORE(timer_t);
     struct mq_attr *mq_at = MORE(struct mq_attr), *mq_now = MORE(struct mq_attr);
+    struct __user_cap_header_struct *cap_h = MORE(struct __user_cap_header_struct);
+    struct __user_cap_data_struct *cap_d = MORE(struct __user_cap_data_struct);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -148,6 +155,12 @@ static int timers_and_messages(void) {
     evict();
     CHECK("timerfd_gettime", timerfd_gettime(tfd, ots) == 0 && ots->it_value.tv_sec > 0);
     close(tfd);
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    CHECK("capget", syscall(SYS_capget, &h, d) == 0);
+    cap_h->version = _LINUX_CAPABILITY_VERSION_3;
+    evict();
+    CHECK("capget", capget(cap_h, cap_d) == 0 && !memcmp(cap_d, d, sizeof d));
     sev->sigev_notify = SIGEV_NONE;
     evict();
     CHECK("timer_create", timer_create(CLOCK_MONOTONIC, sev, made) == 0);
