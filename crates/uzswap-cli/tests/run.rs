@@ -945,7 +945,8 @@ fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Val
 /// and fcntl (locks, owner) on evicted structures; then the path calls (chown, lchown, fchownat, fchmodat,
 /// linkat, symlinkat, mkfifo, utimes, utime, inotify_add_watch, the
 /// extended attribute calls) and getentropy; then thread names (prctl,
-/// pthread_setname_np and pthread_getname_np), capget, a memfd's name,
+/// pthread_setname_np and pthread_getname_np), capget, mincore,
+/// copy_file_range, signalfd, eventfd_read, a memfd's name,
 /// times, get/setitimer,
 /// timer_ and timerfd_ set/gettime, sigprocmask and pthread_sigmask (both
 /// masks), splice's offset, sigtimedwait, msgsnd,

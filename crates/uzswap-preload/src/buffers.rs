@@ -815,6 +815,16 @@ wrap!(capget(h: Mv, d: Mv) -> [i32]
 wrap!(capset(h: Mv, d: Cv) -> [i32]
     pins |p| { p.add(h, CAP_HEADER, true); p.add(d, cap_words(h) * CAP_DATA, false) }
     => |f: unsafe extern "C" fn(Mv, Cv) -> i32| f(h, d));
+wrap!(mincore(a: Mv, n: usize, v: *mut u8) -> [i32] pins |p| { p.add(v as Cv, n.div_ceil(PAGE), true) }
+    => |f: unsafe extern "C" fn(Mv, usize, *mut u8) -> i32| f(a, n, v));
+wrap!(copy_file_range(fi: i32, oi: *mut i64, fo: i32, oo: *mut i64, n: usize, fl: u32)
+    pins |p| { p.one(oi, true); p.one(oo, true) }
+    => |f: unsafe extern "C" fn(i32, *mut i64, i32, *mut i64, usize, u32) -> Ssize| f(fi, oi, fo, oo, n, fl));
+wrap!(signalfd(fd: i32, m: *const libc::sigset_t, fl: i32) -> [i32] pins |p| { p.one(m, false) }
+    => |f: unsafe extern "C" fn(i32, *const libc::sigset_t, i32) -> i32| f(fd, m, fl));
+// glibc reads and writes the counter with its own read and write.
+wrap!(eventfd_read(fd: i32, v: *mut u64) -> [i32] pins |p| { p.one(v, true) }
+    => |f: unsafe extern "C" fn(i32, *mut u64) -> i32| f(fd, v));
 wrap!(memfd_create(name: Cs, fl: u32) -> [i32] pins |p| { p.path(name) }
     => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(name, fl));
 wrap!(timer_create(c: libc::clockid_t, ev: *mut libc::sigevent, t: *mut libc::timer_t) -> [i32]

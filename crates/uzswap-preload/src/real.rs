@@ -260,6 +260,10 @@ real_fns! {
     futimens: unsafe extern "C" fn(c_int, *const libc::timespec) -> c_int;
     times: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t;
     memfd_create: unsafe extern "C" fn(Str, u32) -> c_int;
+    mincore: unsafe extern "C" fn(*mut c_void, usize, *mut u8) -> c_int;
+    copy_file_range: unsafe extern "C" fn(c_int, *mut i64, c_int, *mut i64, usize, u32) -> Ssize;
+    signalfd: unsafe extern "C" fn(c_int, *const libc::sigset_t, c_int) -> c_int;
+    eventfd_read: unsafe extern "C" fn(c_int, *mut u64) -> c_int;
     capget: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
     capset: unsafe extern "C" fn(*mut c_void, *const c_void) -> c_int;
     timer_create: unsafe extern "C" fn(libc::clockid_t, *mut libc::sigevent, *mut libc::timer_t) -> c_int;

@@ -10,7 +10,8 @@
  * mode), each of these failed with EFAULT. Then the calls that take a
  * path, their names and values in evicted memory, in a directory of their
  * own under /tmp; ioctl and fcntl requests, their structures evicted,
- * between the two; then thread names, capabilities, a memfd's name, timers, signal masks, a signal waited for, a splice's offset,
+ * between the two; then thread names, capabilities, mincore, copy_file_range,
+ * signalfd, eventfd_read, a memfd's name, timers, signal masks, a signal waited for, a splice's offset,
  * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
@@ -36,6 +37,8 @@
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/inotify.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
@@ -79,7 +82,8 @@ static void evict(void) {
     for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
 }
 
-/* Thread names (prctl, pthread), capabilities, a memfd's name, timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
+/* Thread names (prctl, pthread), capabilities, mincore's vector, copy_file_range's
+ * offsets, signalfd's mask, an eventfd's count, a memfd's name, timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
  * messages and semaphores: each structure or message in a chunk of its
  * own, evicted before its call. Where the kernel lacks System V IPC or
  * POSIX message queues (ENOSYS) that part is left out. */
@@ -94,9 +98,9 @@ static void *sleeper(void *arg) {
 }
 
 static int timers_and_messages(void) {
-    char *a = malloc(CHUNK * 32 + CHUNK);
+    char *a = malloc(CHUNK * 40 + CHUNK);
     a = (char *)(((uintptr_t)a + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
-    memset(a, 0, CHUNK * 32);
+    memset(a, 0, CHUNK * 40);
     int n = 0;
 #define MORE(T) ((T *)(a + CHUNK * n++ + 64))
     struct tms *t = MORE(struct tms);
@@ -117,6 +121,10 @@ static int timers_and_messages(void) {
     struct mq_attr *mq_at = MORE(struct mq_attr), *mq_now = MORE(struct mq_attr);
     struct __user_cap_header_struct *cap_h = MORE(struct __user_cap_header_struct);
     struct __user_cap_data_struct *cap_d = MORE(struct __user_cap_data_struct);
+    unsigned char *vec = MORE(unsigned char);
+    loff_t *cin = MORE(loff_t), *cout = MORE(loff_t);
+    sigset_t *sfd_mask = MORE(sigset_t);
+    eventfd_t *count = MORE(eventfd_t);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -161,6 +169,27 @@ static int timers_and_messages(void) {
     cap_h->version = _LINUX_CAPABILITY_VERSION_3;
     evict();
     CHECK("capget", capget(cap_h, cap_d) == 0 && !memcmp(cap_d, d, sizeof d));
+    evict();
+    CHECK("mincore", mincore(a, 4 * CHUNK, vec) == 0);
+    FILE *src = tmpfile(), *dst = tmpfile();
+    fputs("0123456789", src);
+    fflush(src);
+    *cin = 3;
+    evict();
+    CHECK("copy_file_range", copy_file_range(fileno(src), cin, fileno(dst), cout, 4, 0) == 4 &&
+                                 *cin == 7 && *cout == 4);
+    fclose(src);
+    fclose(dst);
+    sigemptyset(sfd_mask);
+    sigaddset(sfd_mask, SIGUSR2);
+    evict();
+    int sfd = signalfd(-1, sfd_mask, 0);
+    CHECK("signalfd", sfd >= 0);
+    close(sfd);
+    int efd = eventfd(5, 0);
+    evict();
+    CHECK("eventfd_read", eventfd_read(efd, count) == 0 && *count == 5);
+    close(efd);
     sev->sigev_notify = SIGEV_NONE;
     evict();
     CHECK("timer_create", timer_create(CLOCK_MONOTONIC, sev, made) == 0);
