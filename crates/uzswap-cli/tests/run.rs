@@ -968,7 +968,8 @@ fn calls_that_fill_structures_in_evicted_memory_succeed() {
 /// Calls that open directories and streams inside libc and call the
 /// program back while they run (`walks.c`: scandir, scandirat, nftw and
 /// ftw over a tree of 653 entries whose directories take several
-/// `getdents64` each, getmntent), their buffers evicted between refills by
+/// `getdents64` each, fts, glob, pthread_getattr_np of the main thread,
+/// getmntent), their buffers evicted between refills by
 /// callbacks that churn 24 MiB under 8 MiB and keep what they allocate.
 /// Where the kernel's faults are not served nftw returned EFAULT (or
 /// stopped early, in silence), scandir failed with EFAULT and getmntent

@@ -825,6 +825,9 @@ wrap!(signalfd(fd: i32, m: *const libc::sigset_t, fl: i32) -> [i32] pins |p| { p
 // glibc reads and writes the counter with its own read and write.
 wrap!(eventfd_read(fd: i32, v: *mut u64) -> [i32] pins |p| { p.one(v, true) }
     => |f: unsafe extern "C" fn(i32, *mut u64) -> i32| f(fd, v));
+// glibc's own readlink of /proc/self/fd/N writes the caller's buffer.
+wrap!(ttyname_r(fd: i32, buf: *mut libc::c_char, n: usize) -> [i32] pins |p| { p.add(buf as Cv, n, true) }
+    => |f: unsafe extern "C" fn(i32, *mut libc::c_char, usize) -> i32| f(fd, buf, n));
 wrap!(memfd_create(name: Cs, fl: u32) -> [i32] pins |p| { p.path(name) }
     => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(name, fl));
 wrap!(timer_create(c: libc::clockid_t, ev: *mut libc::sigevent, t: *mut libc::timer_t) -> [i32]

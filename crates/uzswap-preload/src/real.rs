@@ -260,6 +260,8 @@ real_fns! {
     futimens: unsafe extern "C" fn(c_int, *const libc::timespec) -> c_int;
     times: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t;
     memfd_create: unsafe extern "C" fn(Str, u32) -> c_int;
+    pthread_getattr_np: unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> c_int;
+    ttyname_r: unsafe extern "C" fn(c_int, *mut c_char, usize) -> c_int;
     mincore: unsafe extern "C" fn(*mut c_void, usize, *mut u8) -> c_int;
     copy_file_range: unsafe extern "C" fn(c_int, *mut i64, c_int, *mut i64, usize, u32) -> Ssize;
     signalfd: unsafe extern "C" fn(c_int, *const libc::sigset_t, c_int) -> c_int;

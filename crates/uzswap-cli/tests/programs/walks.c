@@ -1,7 +1,7 @@
 /* libc calls that open directories or streams internally and call the
  * program back while they run, on a heap under pressure where the kernel's
  * faults inside system calls may not be served: scandir, scandirat, ftw,
- * nftw and getmntent. Their DIR and FILE buffers come from malloc inside
+ * nftw, fts, glob, pthread_getattr_np and getmntent. Their DIR and FILE buffers come from malloc inside
  * libc, and the kernel fills them (getdents64, read) between callbacks
  * that churn the heap, so the buffers are evicted between refills.
  *
@@ -10,7 +10,9 @@
  * Makes a tree in DIR (two directories of 300 entries with long names,
  * so that each takes several getdents64 calls, and 50 files at the top),
  * then walks it with each call (and fts with a comparison, glob with an
- * error callback) and checks every count against the tree it made, and the mount table against /proc/self/mounts read by hand.
+ * error callback) and checks every count against the tree it made, the
+ * main thread's stack from pthread_getattr_np (read from /proc/self/maps),
+ * and the mount table against /proc/self/mounts read by hand.
  * The callbacks allocate, and their allocations must survive. Prints
  * "ok walks" or what differed, and exits 1. */
 #define _GNU_SOURCE
@@ -21,6 +23,7 @@
 #include <ftw.h>
 #include <glob.h>
 #include <mntent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,6 +203,23 @@ int main(int argc, char **argv) {
     if (gr != 0 || g.gl_pathc != 2 * SUB || glob_errors != (geteuid() != 0))
         return fail("glob");
     globfree(&g);
+
+    /* pthread_getattr_np of the main thread reads /proc/self/maps through
+     * a stream glibc opens itself. */
+    for (int i = 0; i < 16; i++) {
+        calls = 7;
+        churn();
+        pthread_attr_t at;
+        void *stack;
+        size_t size;
+        errno = 0;
+        if (pthread_getattr_np(pthread_self(), &at) != 0)
+            return fail("pthread_getattr_np");
+        if (pthread_attr_getstack(&at, &stack, &size) != 0 || (char *)stack + size < (char *)&at ||
+            (char *)stack > (char *)&at)
+            return fail("pthread_getattr_np's stack");
+        pthread_attr_destroy(&at);
+    }
 
     /* getmntent: the mount table, against the lines of the file. */
     int lines = 0;
