@@ -946,7 +946,9 @@ fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Val
 /// linkat, symlinkat, mkfifo, utimes, utime, inotify_add_watch, the
 /// extended attribute calls) and getentropy; then thread names (prctl,
 /// pthread_setname_np and pthread_getname_np), capget, mincore,
-/// copy_file_range, signalfd, eventfd_read, a memfd's name,
+/// copy_file_range, signalfd, eventfd_read, getresuid,
+/// sched_rr_get_interval, setgroups, epoll_pwait2, shmctl and msgctl's
+/// IPC_STAT, a memfd's name,
 /// times, get/setitimer,
 /// timer_ and timerfd_ set/gettime, sigprocmask and pthread_sigmask (both
 /// masks), splice's offset, sigtimedwait, msgsnd,

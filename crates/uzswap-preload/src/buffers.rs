@@ -273,6 +273,14 @@ wrap!(epoll_pwait(ep: i32, ev: *mut libc::epoll_event, n: i32, t: i32, m: *const
     }
     => |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32, *const libc::sigset_t) -> i32|
         crate::signals::with_wait_mask(m, |m| f(ep, ev, n, t, m)));
+wrap!(epoll_pwait2(ep: i32, ev: *mut libc::epoll_event, n: i32, t: Ts, m: *const libc::sigset_t) -> [i32]
+    pins |p| {
+        p.add(ev as *const _, n.max(0) as usize * std::mem::size_of::<libc::epoll_event>(), true);
+        p.one(t, false);
+        p.add(m as *const _, std::mem::size_of::<libc::sigset_t>(), false);
+    }
+    => |f: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, Ts, *const libc::sigset_t) -> i32|
+        crate::signals::with_wait_mask(m, |m| f(ep, ev, n, t, m)));
 wrap!(poll(fds: *mut libc::pollfd, n: libc::nfds_t, t: i32) -> [i32]
     pins |p| { p.add(fds as *const _, (n as usize).saturating_mul(std::mem::size_of::<libc::pollfd>()), true) }
     => |f: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, i32) -> i32| f(fds, n, t));
@@ -828,6 +836,24 @@ wrap!(eventfd_read(fd: i32, v: *mut u64) -> [i32] pins |p| { p.one(v, true) }
 // glibc's own readlink of /proc/self/fd/N writes the caller's buffer.
 wrap!(ttyname_r(fd: i32, buf: *mut libc::c_char, n: usize) -> [i32] pins |p| { p.add(buf as Cv, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut libc::c_char, usize) -> i32| f(fd, buf, n));
+wrap!(setgroups(n: usize, g: *const libc::gid_t) -> [i32]
+    pins |p| { p.add(g as Cv, n.saturating_mul(std::mem::size_of::<libc::gid_t>()), false) }
+    => |f: unsafe extern "C" fn(usize, *const libc::gid_t) -> i32| f(n, g));
+type Uid = *mut libc::uid_t;
+type Gid = *mut libc::gid_t;
+wrap!(getresuid(r: Uid, e: Uid, s: Uid) -> [i32] pins |p| { p.one(r, true); p.one(e, true); p.one(s, true) }
+    => |f: unsafe extern "C" fn(Uid, Uid, Uid) -> i32| f(r, e, s));
+wrap!(getresgid(r: Gid, e: Gid, s: Gid) -> [i32] pins |p| { p.one(r, true); p.one(e, true); p.one(s, true) }
+    => |f: unsafe extern "C" fn(Gid, Gid, Gid) -> i32| f(r, e, s));
+wrap!(sched_rr_get_interval(pid: libc::pid_t, t: Tsm) -> [i32] pins |p| { p.one(t, true) }
+    => |f: unsafe extern "C" fn(libc::pid_t, Tsm) -> i32| f(pid, t));
+// The control calls' structure: read by IPC_SET, written by the rest that
+// take one (IPC_STAT, the INFO and STAT requests); pinned writable either way.
+wrap!(msgctl(id: i32, cmd: i32, b: *mut libc::msqid_ds) -> [i32] pins |p| { if cmd != libc::IPC_RMID { p.one(b, true) } }
+    => |f: unsafe extern "C" fn(i32, i32, *mut libc::msqid_ds) -> i32| f(id, cmd, b));
+wrap!(shmctl(id: i32, cmd: i32, b: *mut libc::shmid_ds) -> [i32]
+    pins |p| { if !matches!(cmd, libc::IPC_RMID | libc::SHM_LOCK | libc::SHM_UNLOCK) { p.one(b, true) } }
+    => |f: unsafe extern "C" fn(i32, i32, *mut libc::shmid_ds) -> i32| f(id, cmd, b));
 wrap!(memfd_create(name: Cs, fl: u32) -> [i32] pins |p| { p.path(name) }
     => |f: unsafe extern "C" fn(Cs, u32) -> i32| f(name, fl));
 wrap!(timer_create(c: libc::clockid_t, ev: *mut libc::sigevent, t: *mut libc::timer_t) -> [i32]

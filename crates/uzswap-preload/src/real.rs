@@ -179,6 +179,7 @@ real_fns! {
     getrandom: unsafe extern "C" fn(*mut libc::c_void, usize, u32) -> Ssize;
     epoll_wait: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32) -> i32;
     epoll_pwait: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, i32, *const libc::sigset_t) -> i32;
+    epoll_pwait2: unsafe extern "C" fn(i32, *mut libc::epoll_event, i32, *const libc::timespec, *const libc::sigset_t) -> i32;
     poll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, i32) -> i32;
     ppoll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> i32;
     select: unsafe extern "C" fn(i32, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> i32;
@@ -260,6 +261,12 @@ real_fns! {
     futimens: unsafe extern "C" fn(c_int, *const libc::timespec) -> c_int;
     times: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t;
     memfd_create: unsafe extern "C" fn(Str, u32) -> c_int;
+    setgroups: unsafe extern "C" fn(usize, *const libc::gid_t) -> c_int;
+    getresuid: unsafe extern "C" fn(*mut libc::uid_t, *mut libc::uid_t, *mut libc::uid_t) -> c_int;
+    getresgid: unsafe extern "C" fn(*mut libc::gid_t, *mut libc::gid_t, *mut libc::gid_t) -> c_int;
+    sched_rr_get_interval: unsafe extern "C" fn(libc::pid_t, *mut libc::timespec) -> c_int;
+    msgctl: unsafe extern "C" fn(c_int, c_int, *mut libc::msqid_ds) -> c_int;
+    shmctl: unsafe extern "C" fn(c_int, c_int, *mut libc::shmid_ds) -> c_int;
     pthread_getattr_np: unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> c_int;
     ttyname_r: unsafe extern "C" fn(c_int, *mut c_char, usize) -> c_int;
     mincore: unsafe extern "C" fn(*mut c_void, usize, *mut u8) -> c_int;

@@ -37,6 +37,8 @@
 #include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/inotify.h>
+#include <sys/shm.h>
+#include <grp.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -82,7 +84,9 @@ static void evict(void) {
     for (size_t i = 0; i < n; i += 64) big[i] = (char)(i + round);
 }
 
-/* Thread names (prctl, pthread), capabilities, mincore's vector, copy_file_range's
+/* Thread names (prctl, pthread), capabilities, saved ids, a round-robin
+ * interval, supplementary groups, epoll_pwait2's events, shmctl's and msgctl's
+ * structures, mincore's vector, copy_file_range's
  * offsets, signalfd's mask, an eventfd's count, a memfd's name, timers, signal masks, a signal waited for, a splice's offset, System V and POSIX
  * messages and semaphores: each structure or message in a chunk of its
  * own, evicted before its call. Where the kernel lacks System V IPC or
@@ -98,9 +102,9 @@ static void *sleeper(void *arg) {
 }
 
 static int timers_and_messages(void) {
-    char *a = malloc(CHUNK * 40 + CHUNK);
+    char *a = malloc(CHUNK * 48 + CHUNK);
     a = (char *)(((uintptr_t)a + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
-    memset(a, 0, CHUNK * 40);
+    memset(a, 0, CHUNK * 48);
     int n = 0;
 #define MORE(T) ((T *)(a + CHUNK * n++ + 64))
     struct tms *t = MORE(struct tms);
@@ -125,6 +129,12 @@ static int timers_and_messages(void) {
     loff_t *cin = MORE(loff_t), *cout = MORE(loff_t);
     sigset_t *sfd_mask = MORE(sigset_t);
     eventfd_t *count = MORE(eventfd_t);
+    struct msqid_ds *mq_ds = MORE(struct msqid_ds);
+    struct shmid_ds *shm_ds = MORE(struct shmid_ds);
+    uid_t *ru = MORE(uid_t), *eu = MORE(uid_t), *su = MORE(uid_t);
+    struct timespec *rr = MORE(struct timespec);
+    struct epoll_event *evs = MORE(struct epoll_event);
+    gid_t *gl = MORE(gid_t);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -190,6 +200,33 @@ static int timers_and_messages(void) {
     evict();
     CHECK("eventfd_read", eventfd_read(efd, count) == 0 && *count == 5);
     close(efd);
+    evict();
+    CHECK("getresuid", getresuid(ru, eu, su) == 0 && *ru == getuid() && *eu == geteuid());
+    evict();
+    CHECK("sched_rr_get_interval", sched_rr_get_interval(0, rr) == 0);
+    *gl = getgid();
+    evict();
+    errno = 0;
+    int sg = setgroups(1, gl);
+    CHECK("setgroups", sg == 0 || errno == EPERM);
+    int ep = epoll_create1(0), ev_pipe[2];
+    CHECK("pipe", pipe(ev_pipe) == 0);
+    struct epoll_event want = {.events = EPOLLIN, .data.u32 = 77};
+    epoll_ctl(ep, EPOLL_CTL_ADD, ev_pipe[0], &want);
+    write(ev_pipe[1], "x", 1);
+    evict();
+    CHECK("epoll_pwait2", epoll_pwait2(ep, evs, 1, ts, NULL) == 1 && evs->data.u32 == 77);
+    close(ep);
+    close(ev_pipe[0]);
+    close(ev_pipe[1]);
+    int shm = shmget(IPC_PRIVATE, 4096, 0600);
+    if (shm >= 0) {
+        evict();
+        CHECK("shmctl IPC_STAT", shmctl(shm, IPC_STAT, shm_ds) == 0 && shm_ds->shm_segsz == 4096);
+        shmctl(shm, IPC_RMID, NULL);
+    } else {
+        CHECK("shmget", errno == ENOSYS);
+    }
     sev->sigev_notify = SIGEV_NONE;
     evict();
     CHECK("timer_create", timer_create(CLOCK_MONOTONIC, sev, made) == 0);
@@ -231,6 +268,8 @@ static int timers_and_messages(void) {
         CHECK("msgsnd", msgsnd(mq, msg, 6, 0) == 0);
         evict();
         CHECK("msgrcv", msgrcv(mq, got, 64, 0, IPC_NOWAIT) == 6 && !strcmp(got->text, "hello"));
+        evict();
+        CHECK("msgctl IPC_STAT", msgctl(mq, IPC_STAT, mq_ds) == 0 && mq_ds->msg_qnum == 0);
         msgctl(mq, IPC_RMID, NULL);
         int sem = semget(IPC_PRIVATE, 1, 0600);
         CHECK("semget", sem >= 0);
