@@ -947,7 +947,9 @@ fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Val
 /// extended attribute calls) and getentropy; then thread names (prctl,
 /// pthread_setname_np and pthread_getname_np), capget, mincore,
 /// copy_file_range, signalfd, eventfd_read, getresuid,
-/// sched_rr_get_interval, setgroups, epoll_pwait2, shmctl and msgctl's
+/// sched_rr_get_interval, setgroups (glibc makes it in every thread,
+/// uzswap's handlers too: with the list evicted the process hung, on every
+/// path), epoll_pwait2, shmctl and msgctl's
 /// IPC_STAT, a memfd's name,
 /// times, get/setitimer,
 /// timer_ and timerfd_ set/gettime, sigprocmask and pthread_sigmask (both

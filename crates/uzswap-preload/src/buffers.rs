@@ -836,9 +836,40 @@ wrap!(eventfd_read(fd: i32, v: *mut u64) -> [i32] pins |p| { p.one(v, true) }
 // glibc's own readlink of /proc/self/fd/N writes the caller's buffer.
 wrap!(ttyname_r(fd: i32, buf: *mut libc::c_char, n: usize) -> [i32] pins |p| { p.add(buf as Cv, n, true) }
     => |f: unsafe extern "C" fn(i32, *mut libc::c_char, usize) -> i32| f(fd, buf, n));
-wrap!(setgroups(n: usize, g: *const libc::gid_t) -> [i32]
-    pins |p| { p.add(g as Cv, n.saturating_mul(std::mem::size_of::<libc::gid_t>()), false) }
-    => |f: unsafe extern "C" fn(usize, *const libc::gid_t) -> i32| f(n, g));
+/// # Safety
+/// As setgroups(2). glibc makes the call in every thread of the process
+/// (its set-ID broadcast, so that the threads agree), uzswap's too: a
+/// list in region memory had uzswap's own fault handlers read it inside
+/// the kernel, each wait on a fault only they could resolve, and the
+/// process hung, on every path. A list in the regions is copied out of
+/// them for the call, whatever the path.
+#[no_mangle]
+pub unsafe extern "C" fn setgroups(n: usize, g: *const libc::gid_t) -> i32 {
+    let Some(f) = real::setgroups() else {
+        return errno_enosys() as i32;
+    };
+    let bytes = n.saturating_mul(std::mem::size_of::<libc::gid_t>());
+    if g.is_null()
+        || n == 0
+        || !crate::vma::overlaps_regions(g as usize, (g as usize).saturating_add(bytes))
+    {
+        // SAFETY: the caller's arguments.
+        return unsafe { f(n, g) };
+    }
+    // The copy's memory is glibc's; the list is read by the program's own
+    // loads (region memory: faults resolve as any of the program's).
+    let mut copy: Vec<libc::gid_t> = {
+        let _g = Internal::enter();
+        Vec::with_capacity(n)
+    };
+    // SAFETY: `n` gids at `g`, in region memory, which always reads.
+    copy.extend_from_slice(unsafe { std::slice::from_raw_parts(g, n) });
+    // SAFETY: the caller's count, a list outside every region.
+    let r = unsafe { f(n, copy.as_ptr()) };
+    let _g = Internal::enter();
+    drop(copy);
+    r
+}
 type Uid = *mut libc::uid_t;
 type Gid = *mut libc::gid_t;
 wrap!(getresuid(r: Uid, e: Uid, s: Uid) -> [i32] pins |p| { p.one(r, true); p.one(e, true); p.one(s, true) }

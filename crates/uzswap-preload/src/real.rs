@@ -262,6 +262,7 @@ real_fns! {
     times: unsafe extern "C" fn(*mut libc::tms) -> libc::clock_t;
     memfd_create: unsafe extern "C" fn(Str, u32) -> c_int;
     setgroups: unsafe extern "C" fn(usize, *const libc::gid_t) -> c_int;
+    initgroups: unsafe extern "C" fn(Str, libc::gid_t) -> c_int;
     getresuid: unsafe extern "C" fn(*mut libc::uid_t, *mut libc::uid_t, *mut libc::uid_t) -> c_int;
     getresgid: unsafe extern "C" fn(*mut libc::gid_t, *mut libc::gid_t, *mut libc::gid_t) -> c_int;
     sched_rr_get_interval: unsafe extern "C" fn(libc::pid_t, *mut libc::timespec) -> c_int;

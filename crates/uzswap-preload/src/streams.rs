@@ -313,6 +313,25 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char {
 }
 outside!(realpath(path: *const c_char, out: *mut c_char) -> *mut c_char, std::ptr::null_mut());
 outside!(canonicalize_file_name(path: *const c_char) -> *mut c_char, std::ptr::null_mut());
+/// # Safety
+/// As initgroups(3): it builds the group list with glibc's allocator and
+/// hands it to `setgroups`, which glibc makes in every thread, uzswap's
+/// too (see `buffers::setgroups`): the list must be outside the regions
+/// on every path, not only where faults are not served.
+#[no_mangle]
+pub unsafe extern "C" fn initgroups(user: *const c_char, group: libc::gid_t) -> c_int {
+    let _pins = guarded().then(Pins::new).flatten().map(|mut p| {
+        // SAFETY: the caller's name.
+        unsafe { p.path(user) };
+        p
+    });
+    let _g = crate::active().is_some().then(Internal::enter);
+    match real::initgroups() {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(user, group) },
+        None => errno_enosys(-1),
+    }
+}
 // The main thread's attributes come from /proc/self/maps, read through a
 // stream glibc opens itself (16 of 20 calls failed after the heap churned).
 outside!(pthread_getattr_np(t: libc::pthread_t, at: *mut libc::pthread_attr_t) -> c_int, libc::ENOSYS);
