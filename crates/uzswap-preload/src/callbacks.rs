@@ -365,12 +365,17 @@ pub unsafe extern "C" fn fts_read(fts: *mut c_void) -> *mut c_void {
         crate::set_errno(libc::ENOSYS);
         return std::ptr::null_mut();
     };
-    // Held whether or not guarded: a stream opened while it was keeps our
-    // trampoline (a detached child's, say).
+    // SAFETY: the caller's argument.
+    on_fts(fts, || unsafe { real(fts) })
+}
+
+/// A call on open stream `fts`: its comparison held whether or not
+/// guarded (a stream opened while it was keeps our trampoline: a detached
+/// child's, say), and libc's allocations glibc's where guarded.
+fn on_fts<R>(fts: *mut c_void, call: impl FnOnce() -> R) -> R {
     let _h = Held::new(&FTS, fts_cmp(fts));
     let _g = guarded().then(Internal::enter);
-    // SAFETY: the caller's argument.
-    unsafe { real(fts) }
+    call()
 }
 
 /// # Safety
@@ -381,10 +386,8 @@ pub unsafe extern "C" fn fts_children(fts: *mut c_void, opts: c_int) -> *mut c_v
         crate::set_errno(libc::ENOSYS);
         return std::ptr::null_mut();
     };
-    let _h = Held::new(&FTS, fts_cmp(fts));
-    let _g = guarded().then(Internal::enter);
     // SAFETY: the caller's arguments.
-    unsafe { real(fts, opts) }
+    on_fts(fts, || unsafe { real(fts, opts) })
 }
 
 /// # Safety

@@ -280,21 +280,26 @@ fn auto_keeps_a_hot_set_while_it_samples() {
 /// saves a fault, however many there are. `auto` judges its trials unpaid
 /// and pauses after each, longer each time (13 samples in 3 s, against
 /// `on`'s 139); `on` samples all along.
+/// Checked reads of pages chosen uniformly over the region, for `secs`.
+fn uniform_reads(r: &Region, secs: Duration) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < secs {
+        for _ in 0..256 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            check(r, (x % (CHUNKS * PER) as u64) as usize);
+        }
+    }
+}
+
 #[test]
 fn auto_pauses_where_reads_are_uniform() {
     let run = |mode: SampleYoung| {
         let _one = serial();
         let (uz, r) = filled(mode, 8 << 20, CHUNKS)?;
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < Duration::from_secs(3) {
-            for _ in 0..256 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                check(&r, (x % (CHUNKS * PER) as u64) as usize);
-            }
-        }
+        uniform_reads(&r, Duration::from_secs(3));
         let st = uz.stats();
         assert_eq!(st.fault_errors, 0, "{st:?}");
         eprintln!(
@@ -369,16 +374,7 @@ fn the_programs_own_dump_exclusion_survives_the_samplers_pauses() {
     });
     assert_eq!(rc, 0);
     assert!(vm_flags(addr).split(' ').any(|f| f == "dd"));
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let t0 = std::time::Instant::now();
-    while t0.elapsed() < Duration::from_secs(2) {
-        for _ in 0..256 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            check(&r, (x % (CHUNKS * PER) as u64) as usize);
-        }
-    }
+    uniform_reads(&r, Duration::from_secs(2));
     let st = uz.stats();
     assert!(st.young_windows_unpaid >= 1, "{st:?}");
     let flags = vm_flags(addr);
