@@ -1474,8 +1474,9 @@ fn seed004(ctx: &mut Ctx) -> Result<SeedRow> {
     let d = |i: usize, k: &str| det[i][k].as_f64().unwrap_or(f64::NAN);
     let pool = |i: usize, k: &str| det[i]["pool_total_size"][k].as_f64().unwrap_or(f64::NAN);
     let why = format!(
-        "A same-filled page is found by a scan that stops at the first differing word \
-         (the last word is checked first, so a text page costs two loads) and is kept as \
+        "A same-filled page is found by a scan from the front, a cache line at a time, that \
+         stops at the first line that differs (a text page costs its first line, which \
+         compression reads next anyway) and is kept as \
          the word: no compression, no pool object, no checksum. Store speed on/off \
          {:.2}x / {:.2}x / {:.2}x and load {:.2}x / {:.2}x / {:.2}x at 1.5 / 10 / 40%; \
          CPU on/off {:.2} / {:.2} / {:.2}; pool {:.0}% / {:.0}% / {:.0}% of off's. \
