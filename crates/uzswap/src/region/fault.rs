@@ -1046,21 +1046,27 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
     let base = r.chunk_addr(ci, sh.chunk);
     let pages = 1usize << sh.order;
     let p = (addr - base) / PAGE_SIZE;
-    let bit = chunk::group_bit(p, pages);
-    let group_bytes = chunk::group_pages(pages) * PAGE_SIZE;
-    let group = addr & !(group_bytes - 1);
-    let walked = scan_step(sh, r, ci, pages, mask, bit, group, group_bytes, false);
+    let gb = chunk::group_pages(pages) * PAGE_SIZE;
+    let at = Place {
+        ci,
+        pages,
+        mask,
+        bit: chunk::group_bit(p, pages),
+        group: addr & !(gb - 1),
+        gb,
+    };
+    let walked = scan_step(sh, r, &at, false);
     let entered = p == 0
         && scan_enters(r, ci, pages, false)
         && (ci == 0 || sh.recent.has_in(base - sh.chunk..base));
     // The same, walking down (GNU sort's merges run through their line
     // records from the top): the swap readahead window follows a scan in
     // either direction too (`swap_vma_ra_win`).
-    let walked_down = scan_step(sh, r, ci, pages, mask, bit, group, group_bytes, true);
+    let walked_down = scan_step(sh, r, &at, true);
     let entered_down = p == pages - 1
         && scan_enters(r, ci, pages, true)
         && sh.recent.has_in(base + sh.chunk..base + 2 * sh.chunk);
-    sh.recent.note(group);
+    sh.recent.note(at.group);
     let (need, windows) = if pages >= chunk::GROUPS {
         DENSE
     } else {
@@ -1085,8 +1091,19 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
     Some(p)
 }
 
-/// Whether a fault on the group at `group` (mask bit `bit`, `gb` bytes a
-/// group) of chunk `ci` is a scan's step, forward or (`down`) backward:
+/// Where a fault landed, as the scan rules read it: chunk `ci` of `pages`
+/// pages, its groups of `mask` mapped; the faulting group starts at
+/// `group` (`gb` bytes a group) and is mask bit `bit`.
+struct Place {
+    ci: usize,
+    pages: usize,
+    mask: u16,
+    bit: u16,
+    group: usize,
+    gb: usize,
+}
+
+/// Whether a fault at `at` is a scan's step, forward or (`down`) backward:
 /// the two groups behind it are mapped and faulted lately (for the second
 /// group from the chunk's edge, the one behind it and the neighbouring
 /// chunk's edge, `scan_enters`). One group behind is not enough: an object
@@ -1094,18 +1111,15 @@ fn sub_chunk(sh: &Shared, r: &RegionInner, ci: usize, addr: usize, mask: u16) ->
 /// 4368 bytes, a Python object or a hash bucket at a page's end) faults
 /// its two pages in turn at every random read, and taking that as a scan
 /// brought sixteen pages in for two.
-#[allow(clippy::too_many_arguments)]
-fn scan_step(
-    sh: &Shared,
-    r: &RegionInner,
-    ci: usize,
-    pages: usize,
-    mask: u16,
-    bit: u16,
-    group: usize,
-    gb: usize,
-    down: bool,
-) -> bool {
+fn scan_step(sh: &Shared, r: &RegionInner, at: &Place, down: bool) -> bool {
+    let &Place {
+        ci,
+        pages,
+        mask,
+        bit,
+        group,
+        gb,
+    } = at;
     let top = u32::from(chunk::group_bit(pages - 1, pages));
     // The mask bit `k` groups behind, inside the chunk.
     let behind = |k: u32| {
@@ -1116,7 +1130,8 @@ fn scan_step(
         };
         (b != 0 && b <= top).then_some(b)
     };
-    let at = |k: usize| {
+    // The address of the group `k` groups behind.
+    let back = |k: usize| {
         if down {
             group + k * gb
         } else {
@@ -1124,12 +1139,12 @@ fn scan_step(
         }
     };
     let faulted = |k: usize| {
-        behind(k as u32).is_some_and(|b| u32::from(mask) & b != 0) && sh.recent.has(at(k))
+        behind(k as u32).is_some_and(|b| u32::from(mask) & b != 0) && sh.recent.has(back(k))
     };
     faulted(1)
         && match behind(2) {
             Some(_) => faulted(2),
-            None => (down || ci > 0) && scan_enters(r, ci, pages, down) && sh.recent.has(at(2)),
+            None => (down || ci > 0) && scan_enters(r, ci, pages, down) && sh.recent.has(back(2)),
         }
 }
 
