@@ -139,6 +139,14 @@ pub const ARENA_BYTES: usize = page_alloc::ARENA_BYTES;
 /// what one allocation can grow `pool_total_size` by beyond its object.
 pub const GROW_BYTES: usize = page_alloc::GROW_PAGES * PAGE_SIZE;
 
+/// [`GROW_BYTES`] for a pool that holds at most `held` bytes: pages are
+/// faulted in ahead of need only up to a sixty-fourth of the live ones, so
+/// a pool kept under a small budget grows by less than the flat bound.
+pub fn grow_bytes_within(held: u64) -> u64 {
+    let pages = held / PAGE_SIZE as u64 / page_alloc::FILL_DIVISOR;
+    (pages * PAGE_SIZE as u64).min(GROW_BYTES as u64)
+}
+
 /// Bytes of the longest span a pool with the default options opens.
 pub const MAX_SPAN_BYTES: usize = size_class::DEFAULT_MAX_PAGES_PER_SPAN * PAGE_SIZE;
 

@@ -158,6 +158,9 @@ pub(crate) const MAX_RUN_PAGES: usize = crate::size_class::MAX_PAGES_PER_SPAN_LI
 const CACHE_DIVISOR: u64 = 16;
 /// Most pages faulted in at once when a span needs fresh pages (256 KiB).
 pub(crate) const GROW_PAGES: usize = 64;
+/// Pages kept faulted in ahead of need are at most the live pages over
+/// this (`Core::fill_cap`): a quarter of the trim bound.
+pub(crate) const FILL_DIVISOR: u64 = 4 * CACHE_DIVISOR;
 /// Pages held before a provider that may fill ahead starts its fill thread
 /// (4 MiB): below it the fill cap is a few pages, not worth a thread.
 const FILL_FROM_PAGES: u64 = 1024;
@@ -991,7 +994,7 @@ impl Inner {
     /// Most pages kept faulted in ahead of need, by a fill in an alloc or
     /// by the fill thread: [`GROW_PAGES`], and 1/64 of the live pages.
     fn fill_cap(&self) -> u64 {
-        (self.live_pages / (4 * CACHE_DIVISOR)).min(GROW_PAGES as u64)
+        (self.live_pages / FILL_DIVISOR).min(GROW_PAGES as u64)
     }
 
     /// Pages the fill thread should fault in now: none while at least half

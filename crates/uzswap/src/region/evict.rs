@@ -250,12 +250,12 @@ fn evictable(st: u32) -> bool {
 const FUTILE_DIVISOR: i64 = 8;
 /// Pool growth beyond the compressed chunk itself that one store may
 /// cause, apart from a new huge arena (`uzswap_zpool`'s bound): the pages
-/// a span's fault-in populates ahead of need (`GROW_BYTES`, 256 KiB), and
-/// the unused parts of the spans it opens for objects of classes with no
-/// free slot, one span of up to `MAX_SPAN_BYTES` (32 KiB) per object: 768
-/// KiB for a 64 KiB folio's 16 objects, 288 KiB for a page's one. Larger
-/// folios are not bounded so: their objects' open spans are at most one
-/// per class they touch, which may be most of the classes. They get 32
+/// a span's fault-in populates ahead of need (`Growth::ahead_bytes`, 256
+/// KiB), and the unused parts of the spans it opens for objects of classes
+/// with no free slot, one span (`Growth::span_bytes`, 32 KiB) per object:
+/// 768 KiB for a 64 KiB folio's 16 objects, 288 KiB for a page's one.
+/// Larger folios are not bounded so: their objects' open spans are at most
+/// one per class they touch, which may be most of the classes. They get 32
 /// spans (1.28 MiB, more than the flat 1 MiB they had), not a bound
 /// either. Measured, the most one store grew the pool
 /// beyond its objects: 260 KiB over GNU sort under 44 MiB, 274 KiB over
@@ -263,9 +263,54 @@ const FUTILE_DIVISOR: i64 = 8;
 /// fault margin (the second term below): 2 MiB under a 44 MiB budget
 /// that the data never got, and sort runs on a cliff there
 /// (docs/BENCHMARKS.md, "The store margin from the pool's own bound").
-fn store_surplus(chunk: usize) -> u64 {
+fn store_surplus(chunk: usize, g: Growth) -> u64 {
     let spans = (chunk / PAGE_SIZE).clamp(1, 32) as u64;
-    spans * uzswap_zpool::MAX_SPAN_BYTES as u64 + uzswap_zpool::GROW_BYTES as u64
+    spans * g.span_bytes + g.ahead_bytes
+}
+
+/// What one store can grow the pool by beyond its objects, as this
+/// instance's pool is built (`store_surplus`).
+///
+/// Small budgets: the bound is fixed, about 1.1 MiB of headroom for a 64
+/// KiB folio, and under a budget of a few MiB that is an eighth of it kept
+/// from the program's data: mawk's 9 MiB heap under 8 MiB took 3.2 s and
+/// 36 k faults, under 8.6 MiB 1.4-1.7 s and 17 k (docs/BENCHMARKS.md,
+/// "Small budgets"). Both parts shrink with the budget. Pages faulted in
+/// ahead are at most a sixty-fourth of the pool's, which the budget
+/// bounds (`uzswap_zpool::grow_bytes_within`). And under
+/// [`SMALL_BUDGET`] the pool's spans are half as long
+/// ([`pool_span_pages`]): each class's open span is smaller too, which a
+/// small pool feels more than the 5% its slots fill less.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Growth {
+    /// The longest span's bytes.
+    span_bytes: u64,
+    /// Pages faulted in ahead of need, at most.
+    ahead_bytes: u64,
+}
+
+/// Budgets under which the pool's spans are shorter ([`Growth`]).
+pub const SMALL_BUDGET: u64 = 32 << 20;
+/// Their longest span, in pages.
+const SMALL_SPAN_PAGES: usize = 4;
+
+/// The pool's longest span in pages for `cfg`: the configured one, or
+/// where it is left to the pool (0), a shorter one under [`SMALL_BUDGET`].
+pub(super) fn pool_span_pages(cfg: &super::Config) -> usize {
+    match cfg.zswap.pool_span_pages {
+        0 if cfg.budget < SMALL_BUDGET => SMALL_SPAN_PAGES,
+        0 => uzswap_zpool::MAX_SPAN_BYTES / PAGE_SIZE,
+        n => n,
+    }
+}
+
+impl Growth {
+    pub(super) fn of(cfg: &super::Config) -> Self {
+        Growth {
+            span_bytes: (pool_span_pages(cfg) * PAGE_SIZE) as u64,
+            ahead_bytes: uzswap_zpool::grow_bytes_within(cfg.budget),
+        }
+    }
 }
 
 /// A new huge arena is held whole from its first span on.
@@ -275,8 +320,8 @@ const ARENA_GROWTH: u64 = uzswap_zpool::ARENA_BYTES as u64;
 /// compressed copy (at worst the whole chunk, stored as is) lands in the
 /// pool, which grows by whole spans, or by a whole arena where it may map
 /// huge ones (`huge`), a moment before the chunk's resident charge goes.
-pub(super) fn store_margin(chunk: usize, huge: bool) -> u64 {
-    chunk as u64 + store_surplus(chunk) + if huge { ARENA_GROWTH } else { 0 }
+pub(super) fn store_margin(chunk: usize, huge: bool, g: Growth) -> u64 {
+    chunk as u64 + store_surplus(chunk, g) + if huge { ARENA_GROWTH } else { 0 }
 }
 
 /// What faults leave free under the budget: the store margin, and room for
@@ -293,13 +338,18 @@ pub(super) fn store_margin(chunk: usize, huge: bool) -> u64 {
 ///
 /// `evictors`: evictions that may run at once (`Slots`), each with a store
 /// in flight.
-pub(super) fn fault_margin(chunk: usize, huge: bool, evictors: usize) -> u64 {
-    store_margin(chunk, huge) * evictors.max(1) as u64 + uzswap_zpool::GROW_BYTES as u64
+pub(super) fn fault_margin(chunk: usize, huge: bool, evictors: usize, g: Growth) -> u64 {
+    store_margin(chunk, huge, g) * evictors.max(1) as u64 + g.ahead_bytes
 }
 
 /// [`fault_margin`] for this instance's pool.
 fn margin(sh: &Shared) -> u64 {
-    fault_margin(sh.chunk, sh.zswap.pool_may_map_huge(), sh.slots.max())
+    fault_margin(
+        sh.chunk,
+        sh.zswap.pool_may_map_huge(),
+        sh.slots.max(),
+        sh.growth,
+    )
 }
 
 /// How many evictions may run at once under `budget`: `want` (up to
@@ -310,9 +360,9 @@ fn margin(sh: &Shared) -> u64 {
 /// Nothing in between: with fewer slots than the faulting threads and the
 /// evictor, a fault waits for another fault's slot, and two slots for two
 /// handlers ran no faster than one (docs/BENCHMARKS.md).
-pub(super) fn evictors_for(budget: u64, chunk: usize, huge: bool, want: usize) -> usize {
+pub(super) fn evictors_for(budget: u64, chunk: usize, huge: bool, want: usize, g: Growth) -> usize {
     let n = want.clamp(1, MAX_EVICTORS);
-    if (n as u64 - 1) * store_margin(chunk, huge) <= budget / 128 {
+    if (n as u64 - 1) * store_margin(chunk, huge, g) <= budget / 128 {
         n
     } else {
         1
@@ -327,7 +377,7 @@ pub(super) fn evictors_for(budget: u64, chunk: usize, huge: bool, want: usize) -
 /// and make room by writing back cold pages the pool has room for.
 fn store_need(sh: &Shared) -> u64 {
     let reserve = sh.zswap.pool_reserve_bytes().min(ARENA_GROWTH);
-    store_margin(sh.chunk, sh.zswap.pool_may_map_huge()).saturating_sub(reserve)
+    store_margin(sh.chunk, sh.zswap.pool_may_map_huge(), sh.growth).saturating_sub(reserve)
 }
 /// Resident bytes of probation victims taken and evicted at a time (256
 /// single-page chunks: one zap call's worth of ranges).

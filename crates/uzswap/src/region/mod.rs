@@ -903,6 +903,8 @@ struct Shared {
     order: u32,
     /// The evictor's batch and the watermarks it sets (`batch.rs`).
     batch: batch::Batch,
+    /// What one store can grow the pool by (`evict::Growth`).
+    growth: evict::Growth,
     zswap: Arc<Zswap>,
     uffd: uzswap_swap::fds::Owned<Uffd>,
     open_path: OpenPath,
@@ -1119,6 +1121,8 @@ impl Uzswap {
                 HandlerMode::Block
             };
         }
+        cfg.zswap.pool_span_pages = evict::pool_span_pages(&cfg);
+        let growth = evict::Growth::of(&cfg);
         let zswap = Arc::new(open_zswap(&cfg)?);
         if zswap.swap_device().is_some() {
             zswap.start_shrinker()?;
@@ -1129,7 +1133,7 @@ impl Uzswap {
             // thread: then a fault at the backstop never waits for another
             // fault's eviction (docs/BENCHMARKS.md, "Several evictions at
             // once").
-            0 => evict::evictors_for(cfg.budget, chunk, huge, cfg.handler_threads + 1),
+            0 => evict::evictors_for(cfg.budget, chunk, huge, cfg.handler_threads + 1, growth),
             n => n.min(evict::MAX_EVICTORS),
         };
         // The watermarks sit under the backstop's limit by a batch, so the
@@ -1139,7 +1143,7 @@ impl Uzswap {
             cfg.evict_batch_bytes,
             chunk,
             (chunk * cfg.handler_threads) as u64,
-            evict::fault_margin(chunk, huge, evictors),
+            evict::fault_margin(chunk, huge, evictors, growth),
         );
         let stop_fd = uzswap_swap::fds::eventfd(libc::EFD_NONBLOCK)
             .map_err(|e| RegionError::Os(format!("eventfd: {e}")))?;
@@ -1157,6 +1161,7 @@ impl Uzswap {
             chunk,
             order,
             batch,
+            growth,
             zswap,
             uffd,
             open_path,
@@ -1491,7 +1496,12 @@ pub fn min_budget(cfg: &Config) -> u64 {
     // One eviction at a time is enough to keep the budget; more run at
     // once only where the budget has room for their stores (`evictors`).
     let evictors = cfg.evictors.clamp(1, evict::MAX_EVICTORS);
-    evict::fault_margin(chunk, cfg.zswap.huge_arenas, evictors) + 2 * chunk as u64
+    evict::fault_margin(
+        chunk,
+        cfg.zswap.huge_arenas,
+        evictors,
+        evict::Growth::of(cfg),
+    ) + 2 * chunk as u64
 }
 
 /// Whether a region being registered was mapped just now (`register`).
