@@ -275,7 +275,8 @@ fn store_surplus(chunk: usize, g: Growth) -> u64 {
 /// KiB folio, and under a budget of a few MiB that is an eighth of it kept
 /// from the program's data: mawk's 9 MiB heap under 8 MiB took 3.2 s and
 /// 36 k faults, under 8.6 MiB 1.4-1.7 s and 17 k (docs/BENCHMARKS.md,
-/// "Small budgets"). Both parts shrink with the budget. Pages faulted in
+/// "Programs the bench does not run; small budgets"). Both parts shrink
+/// with the budget. Pages faulted in
 /// ahead are at most a sixty-fourth of the pool's, which the budget
 /// bounds (`uzswap_zpool::grow_bytes_within`). And under
 /// [`SMALL_BUDGET`] the pool's spans are half as long
