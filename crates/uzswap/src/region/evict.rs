@@ -271,14 +271,14 @@ fn store_surplus(chunk: usize, g: Growth) -> u64 {
 /// What one store can grow the pool by beyond its objects, as this
 /// instance's pool is built (`store_surplus`).
 ///
-/// Small budgets: the bound is fixed, about 1.1 MiB of headroom for a 64
+/// Small budgets: a fixed bound was about 1.1 MiB of headroom for a 64
 /// KiB folio, and under a budget of a few MiB that is an eighth of it kept
 /// from the program's data: mawk's 9 MiB heap under 8 MiB took 3.2 s and
 /// 36 k faults, under 8.6 MiB 1.4-1.7 s and 17 k (docs/BENCHMARKS.md,
-/// "Programs the bench does not run; small budgets"). Both parts shrink
-/// with the budget. Pages faulted in
-/// ahead are at most a sixty-fourth of the pool's, which the budget
-/// bounds (`uzswap_zpool::grow_bytes_within`). And under
+/// "Programs the bench does not run; small budgets"). So both parts
+/// shrink with the budget. Pages faulted in ahead are at most a
+/// sixty-fourth of the pool's, which the budget bounds
+/// (`uzswap_zpool::grow_bytes_within`). And under
 /// [`SMALL_BUDGET`] the pool's spans are half as long
 /// ([`pool_span_pages`]): each class's open span is smaller too, which a
 /// small pool feels more than the 5% its slots fill less.
