@@ -279,13 +279,6 @@ fn auto_keeps_a_hot_set_while_it_samples() {
     );
 }
 
-/// Reads the marks cannot tell apart: pages read at random over four
-/// times the budget, so a resident chunk read between two samples is no
-/// likelier to be read between the next two than one that was not: an
-/// evicted read chunk comes back as often as an unread one, and no mark
-/// saves a fault, however many there are. `auto` judges its trials unpaid
-/// and pauses after each, longer each time (13 samples in 3 s, against
-/// `on`'s 139); `on` samples all along.
 /// Checked reads of pages chosen uniformly over the region, for `secs`.
 fn uniform_reads(r: &Region, secs: Duration) {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -300,6 +293,13 @@ fn uniform_reads(r: &Region, secs: Duration) {
     }
 }
 
+/// Reads the marks cannot tell apart: pages read at random over four
+/// times the budget, so a resident chunk read between two samples is no
+/// likelier to be read between the next two than one that was not: an
+/// evicted read chunk comes back as often as an unread one, and no mark
+/// saves a fault, however many there are. `auto` judges its trials unpaid
+/// and pauses after each, longer each time (13 samples in 3 s, against
+/// `on`'s 139); `on` samples all along.
 #[test]
 fn auto_pauses_where_reads_are_uniform() {
     let run = |mode: SampleYoung| {

@@ -291,7 +291,7 @@ pub(super) struct Growth {
 }
 
 /// Budgets under which the pool's spans are shorter ([`Growth`]).
-pub const SMALL_BUDGET: u64 = 32 << 20;
+pub(super) const SMALL_BUDGET: u64 = 32 << 20;
 /// Their longest span, in pages.
 const SMALL_SPAN_PAGES: usize = 4;
 
@@ -300,7 +300,7 @@ const SMALL_SPAN_PAGES: usize = 4;
 pub(super) fn pool_span_pages(cfg: &super::Config) -> usize {
     match cfg.zswap.pool_span_pages {
         0 if cfg.budget < SMALL_BUDGET => SMALL_SPAN_PAGES,
-        0 => uzswap_zpool::MAX_SPAN_BYTES / PAGE_SIZE,
+        0 => uzswap_zpool::size_class::DEFAULT_MAX_PAGES_PER_SPAN,
         n => n,
     }
 }

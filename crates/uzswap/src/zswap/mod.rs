@@ -232,8 +232,9 @@ pub struct ZswapConfig {
     /// (`zpool::PoolConfig::max_pages_per_span`); 0: the pool's default
     /// (8). Shorter spans fill a little less of their pages (0.93 of them
     /// at 4 pages, 0.98 at 8, for objects of 300..3600 bytes) but bound how
-    /// much one store can grow the pool by: a front end under a small
-    /// budget keeps that bound free under it (`region`, "small budgets").
+    /// much one store can grow the pool by, which the front end keeps free
+    /// under its budget: under a small budget it asks for 4 (the store
+    /// margin in docs/ARCHITECTURE.md).
     pub pool_span_pages: usize,
 }
 
