@@ -148,8 +148,10 @@ fn resolve(prog: &OsString) -> Result<PathBuf> {
 
 /// Refuse what LD_PRELOAD cannot reach: static binaries (no program
 /// interpreter) and secure-execution programs (set-user-ID, set-group-ID,
-/// file capabilities), for which the loader ignores LD_PRELOAD.
-fn check_program(path: &Path) -> Result<()> {
+/// file capabilities), for which the loader ignores LD_PRELOAD; and a Go
+/// program where faults in system calls would not be served (`user_mode`,
+/// or no access to /dev/userfaultfd).
+fn check_program(path: &Path, user_mode: bool) -> Result<()> {
     let meta = path
         .metadata()
         .with_context(|| format!("{}", path.display()))?;
@@ -206,7 +208,65 @@ fn check_program(path: &Path) -> Result<()> {
             path.display()
         );
     }
+    if go_sections(&mut f, &head)? && !kernel_faults_served(user_mode) {
+        bail!(
+            "{} is a Go program: its runtime makes its system calls itself, not through \
+             libc, so one that reads or writes evicted memory would fail unless the kernel \
+             hands that fault to uzswap, which takes /dev/userfaultfd: run it as root, or \
+             let this user open the device once with `sudo uzswap setup --user $USER`",
+            path.display()
+        );
+    }
     Ok(())
+}
+
+/// Whether the ELF file `f` (its header `head`) has Go's sections
+/// (`.go.buildinfo`, which every Go program has since Go 1.13).
+fn go_sections(f: &mut std::fs::File, head: &[u8; 64]) -> Result<bool> {
+    use std::io::{Seek, SeekFrom};
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as u64;
+    let shoff = u64::from_le_bytes(head[40..48].try_into().unwrap());
+    let (shentsize, shnum, shstrndx) = (u16_at(58), u16_at(60), u16_at(62));
+    if shoff == 0 || shentsize < 64 || shnum == 0 || shstrndx >= shnum || shnum > 4096 {
+        return Ok(false);
+    }
+    let mut table = vec![0u8; (shentsize * shnum) as usize];
+    f.seek(SeekFrom::Start(shoff))?;
+    if f.read_exact(&mut table).is_err() {
+        return Ok(false);
+    }
+    let sh = |i: u64| &table[(i * shentsize) as usize..][..64];
+    let strtab = sh(shstrndx);
+    let (off, size) = (
+        u64::from_le_bytes(strtab[24..32].try_into().unwrap()),
+        u64::from_le_bytes(strtab[32..40].try_into().unwrap()),
+    );
+    if size > 1 << 20 {
+        return Ok(false);
+    }
+    let mut names = vec![0u8; size as usize];
+    f.seek(SeekFrom::Start(off))?;
+    if f.read_exact(&mut names).is_err() {
+        return Ok(false);
+    }
+    Ok((0..shnum).any(|i| {
+        let name = u32::from_le_bytes(sh(i)[0..4].try_into().unwrap()) as usize;
+        names
+            .get(name..)
+            .is_some_and(|n| n.starts_with(b".go.buildinfo\0"))
+    }))
+}
+
+/// Whether faults the kernel takes inside a system call will reach the
+/// program's handler threads: the user may open /dev/userfaultfd, and
+/// user mode was not asked for.
+fn kernel_faults_served(user_mode: bool) -> bool {
+    !user_mode
+        && std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/userfaultfd")
+            .is_ok()
 }
 
 fn preload_path(a: &Args) -> Result<PathBuf> {
@@ -309,7 +369,7 @@ pub fn run(a: Args) -> Result<()> {
         );
     }
     let prog = resolve(&a.cmd[0])?;
-    check_program(&prog)?;
+    check_program(&prog, a.user_mode)?;
     let lib = preload_path(&a)?;
     let tmp_dir = if a.json && a.stats.is_none() {
         Some(private_dir()?)

@@ -1218,6 +1218,84 @@ fn a_runtimes_reserved_heap_is_under_the_budget() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Pages dropped by a raw `madvise` system call, past the library's
+/// wrapper, as Go's runtime returns memory (`raw_drops.c`): every page
+/// reads back as written, or as zeros where it was dropped, on every open
+/// path, and the program ends. Before, the evictor read a dropped page of
+/// a chunk it was evicting, and its fault waited on that chunk for ever.
+#[test]
+fn pages_dropped_by_raw_system_calls_are_evicted_and_read_back() {
+    let Some((dir, bin)) = c_program("raw_drops", &["-O1"]) else {
+        return;
+    };
+    under_budget_everywhere(&[bin.as_str()], 32, "ok raw_drops\n", 500);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A Go program (here `raw_drops.c` made to look like one: Go's section
+/// and its runtime's exported symbol) makes its system calls and sets its
+/// signal masks itself: it runs with handler threads even where signal
+/// mode is asked for (in signal mode a real one died of a SIGBUS it had
+/// blocked), `uzswap run` refuses it where faults in system calls would
+/// not be served, and one exec'd there runs without uzswap, saying so.
+#[test]
+fn a_go_program_gets_handler_threads_or_a_clear_refusal() {
+    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("uzswap-go-like-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = compile(cc, "raw_drops", &["-O1", "-DGO_LIKE", "-rdynamic"], &dir);
+    let args = [
+        "--budget",
+        "32M",
+        "--json",
+        "--handler",
+        "signal",
+        "--",
+        bin.as_str(),
+    ];
+    let o = run(&[], &args);
+    let (out, s) = output_and_summary(&o, "go-like, signal asked");
+    assert_eq!(out, "ok raw_drops\n");
+    let p = &s["processes"][0];
+    assert_eq!(p["handler"], "block", "{p}");
+    assert_eq!(p["kernel_faults"], "served", "{p}");
+    assert_eq!(p["fault_errors"], 0, "{p}");
+    assert!(p["evicted_chunks"].as_u64().unwrap() > 500, "{p}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a Go program sets its own signal masks"),
+        "{err}"
+    );
+
+    let o = run(&[], &["--budget", "32M", "--user-mode", "--", bin.as_str()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "refused: {err}");
+    assert!(o.stdout.is_empty(), "the program must not have run");
+    assert!(
+        err.contains("is a Go program") && err.contains("uzswap setup"),
+        "{err}"
+    );
+
+    let o = run(
+        &[],
+        &[
+            "--budget",
+            "32M",
+            "--user-mode",
+            "--",
+            "sh",
+            "-c",
+            bin.as_str(),
+        ],
+    );
+    assert_eq!(ok(&o, "go-like exec'd in user mode"), "ok raw_drops\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("it runs without uzswap"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `mlock` on memory uzswap holds (`mlock.c`: libsodium's and OpenSSL's
 /// secure heaps lock their pages): the piece stays resident and locked
 /// while the rest is evicted around it, refuses `MADV_DONTNEED`, moves

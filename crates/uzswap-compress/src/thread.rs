@@ -135,12 +135,30 @@ extern "C" fn start<T>(p: *mut libc::c_void) -> *mut libc::c_void {
     // then invalidate (a fifth of a shell loop's time under the runner).
     // SAFETY: a NUL-terminated name of at most 15 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, s.name.as_ptr()) };
+    unblock_sigbus();
     // Inside (`quiesce`) from here to the end but for its waits for work.
     let inside = crate::quiesce::inside();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(s.f));
     *s.result.lock() = Some(r);
     drop(inside);
     std::ptr::null_mut()
+}
+
+/// Let the calling thread take SIGBUS. A thread inherits its creator's
+/// mask, and one started from a fork handler or a signal handler has
+/// SIGBUS blocked; with the region handler in signal mode a fault on
+/// region memory is a SIGBUS resolved by the faulting thread, which
+/// uzswap's own threads take too where a program drops a page behind
+/// uzswap's back and an eviction reads it. Blocked, the kernel ends the
+/// process instead. A real fault ends it either way.
+pub fn unblock_sigbus() {
+    // SAFETY: a set made by sigemptyset/sigaddset, applied to this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGBUS);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 /// Start `f` on a thread named `name` (the kernel keeps 15 bytes of it),

@@ -52,6 +52,9 @@ pub struct Config {
     pub bind_handlers: bool,
     /// Accessed bits sampled from smaps (`UZSWAP_SAMPLE_YOUNG`).
     pub sample_young: uzswap::SampleYoung,
+    /// The program may drop region pages with system calls of its own
+    /// (`Config::foreign_drops`): set at start for a Go program.
+    pub foreign_drops: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -140,6 +143,7 @@ impl Config {
                 .map(|v| v.parse().map_err(|e| format!("UZSWAP_SAMPLE_YOUNG: {e}")))
                 .transpose()?
                 .unwrap_or(uzswap::SampleYoung::FOR_PROGRAMS),
+            foreign_drops: false,
         }))
     }
 
@@ -161,6 +165,7 @@ impl Config {
             handler: self.handler,
             bind_handlers: self.bind_handlers,
             sample_young: self.sample_young,
+            foreign_drops: self.foreign_drops,
             ..Default::default()
         };
         if let Some(name) = &self.compressor {

@@ -350,6 +350,16 @@ extern "C" fn init() {
         Ok(None) => return,
         Err(e) => die(&e),
     };
+    let go = go_runtime();
+    if go {
+        cfg.foreign_drops = true;
+        if cfg.handler == HandlerMode::Signal {
+            say("a Go program sets its own signal masks: faults are resolved by handler threads, not in signal mode");
+        }
+        if cfg.handler != HandlerMode::Block {
+            cfg.handler = HandlerMode::Block;
+        }
+    }
     if matches!(cfg.handler, HandlerMode::Auto | HandlerMode::Signal)
         && alloc::program_brings_malloc()
     {
@@ -384,6 +394,14 @@ extern "C" fn init() {
         Err(e) => die(&format!("cannot start: {e}")),
     };
     let pin_buffers = uz.kernel_faults() == KernelFaults::NotServed;
+    if go && pin_buffers {
+        // `uzswap run` refuses such a program; one exec'd under it runs
+        // without uzswap rather than fail in the middle of its caller's
+        // work.
+        say("a Go program makes its system calls itself, where a fault on evicted memory is served only through /dev/userfaultfd (`uzswap setup`): it runs without uzswap");
+        drop(uz);
+        return;
+    }
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     let uring_filtered = syscall::refuse_in_kernel();
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -405,6 +423,19 @@ extern "C" fn init() {
     drop(_g);
     register_thread();
     alt_stack_for_thread();
+}
+
+/// Whether the program is Go's (linked with cgo, which a dynamically
+/// linked Go program is: its runtime exports `crosscall2`). Its runtime
+/// makes its system calls without libc: `madvise` that drops region pages
+/// behind uzswap's back, `rt_sigprocmask` that blocks SIGBUS, and reads
+/// and writes that no wrapper of ours sees. So it needs handler threads
+/// (a fault in signal mode came while SIGBUS was blocked, and the process
+/// died of it) serving faults taken in the kernel, and an evictor that
+/// looks for dropped pages (`Config::foreign_drops`).
+fn go_runtime() -> bool {
+    // SAFETY: a NUL-terminated name; the symbol is only looked up.
+    !unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"crosscall2".as_ptr()) }.is_null()
 }
 
 fn say(msg: &str) {

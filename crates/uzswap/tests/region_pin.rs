@@ -283,6 +283,76 @@ fn pages_dropped_behind_our_back_then_written() {
     done.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Pages the program drops behind our back (a `madvise` that does not go
+/// through `Uzswap::discard`, as Go's runtime makes) in chunks that are
+/// then evicted: the evictor's read of such a page faulted and, parked on
+/// the chunk the evictor itself owned, never returned (a Go program hung
+/// so). Now they are filled with zeros, by the handler that takes that
+/// fault or, where drops are expected (`Config::foreign_drops`), by the
+/// evictor before it reads; they read back as zeros, and every other
+/// byte as written. Both handler modes.
+#[test]
+fn evicting_pages_dropped_behind_our_back_reads_zeros() {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(120));
+        if !watch.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("evicting dropped pages did not return in 120 s");
+            std::process::abort();
+        }
+    });
+    for foreign_drops in [false, true] {
+        for handler in [HandlerMode::Block, HandlerMode::Signal] {
+            let Some((uz, r)) = filled(Config {
+                handler,
+                foreign_drops,
+                ..Config::default()
+            }) else {
+                return;
+            };
+            let cp = uz.chunk_bytes() / PAGE_SIZE;
+            // Two pages of every fourth chunk, all chunks resident.
+            let dropped: Vec<usize> = (0..LEN / PAGE_SIZE)
+                .filter(|&i| (i / cp) % 4 == 1 && (i % cp == 0 || i % cp == cp - 3))
+                .collect();
+            for &i in &dropped {
+                // SAFETY: a page of the live region: what a program may do.
+                let rc = unsafe {
+                    libc::madvise(
+                        r.as_ptr().add(i * PAGE_SIZE) as *mut _,
+                        PAGE_SIZE,
+                        libc::MADV_DONTNEED,
+                    )
+                };
+                assert_eq!(rc, 0);
+            }
+            r.advise(0..LEN, Advice::PageOut).unwrap();
+            assert_eq!(r.resident_bytes(), 0, "{handler:?} {foreign_drops}");
+            let s = uz.stats();
+            assert!(
+                s.faults_dropped >= dropped.len() as u64,
+                "{handler:?} {foreign_drops}: {} fills for {} drops",
+                s.faults_dropped,
+                dropped.len()
+            );
+            for i in 0..LEN / PAGE_SIZE {
+                let p = page(&r, i);
+                if dropped.contains(&i) {
+                    assert!(
+                        p.iter().all(|&b| b == 0),
+                        "{handler:?} {foreign_drops}: page {i}"
+                    );
+                } else {
+                    assert!(Pattern::Text.verify(i as u64, 7, p), "{handler:?} page {i}");
+                }
+            }
+            assert_eq!(uz.stats().fault_errors, 0);
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// A discard of part of a stored chunk (`MADV_DONTNEED` on a few pages,
 /// as allocators purge) reads nothing back: the chunk stays in the cache
 /// with those pages zero, as the kernel drops a swapped-out page's entry

@@ -66,6 +66,20 @@ pub const KEPT: u32 = 1 << 25;
 pub const HELD: u32 = 1 << 26;
 pub const IDLE: u32 = 1 << 27;
 pub const TAGS: u32 = HELD | IDLE;
+/// An EVICTING chunk whose mapped pages are stored and may be zapped at
+/// any moment: a missing fault on one of them is a page in the cache, to
+/// wait for. Before it, a missing fault on a page the word says is mapped
+/// is a page the program dropped behind uzswap's back (a system call made
+/// without libc: Go's runtime returns memory with its own `madvise`), and
+/// the evictor reading it for the store is blocked in that fault: it is
+/// filled with zeros there and then (`fault::fill_dropped_evicting`), not
+/// parked on the owner, who is the faulting thread. Set by the evictor
+/// only while FILLING is clear ([`begin_zap`]); cleared by [`release`].
+pub const ZAPPING: u32 = 1 << 28;
+/// A zero page is being placed over a dropped page of this EVICTING chunk
+/// (not ZAPPING): the evictor waits for it to clear before it sets
+/// ZAPPING, so no fill lands after a zap. Set and cleared by the filler.
+pub const FILLING: u32 = 1 << 29;
 /// Pinned resident (`pin.rs`): a system call is using its memory, or the
 /// program made part of it inaccessible (`mprotect`). The evictor never
 /// takes a pinned chunk; a fault still brings it in. The flag rides
@@ -256,12 +270,52 @@ pub fn release(c: &AtomicU32, to: u32, clear: u32, set: u32) -> bool {
             matches!(state(cur), BUSY | EVICTING),
             "release from {cur:#x}"
         );
-        let new = ((cur & !STATE_MASK & !clear & !WAITER) | set) | to;
+        let new = ((cur & !STATE_MASK & !clear & !WAITER & !ZAPPING) | set) | to;
         match c.compare_exchange_weak(cur, new, AcqRel, Acquire) {
             Ok(prev) => return prev & WAITER != 0,
             Err(now) => cur = now,
         }
     }
+}
+
+/// Mark EVICTING chunk `c` ZAPPING once its mapped pages are stored,
+/// before they are zapped: waits out a fill in progress (one
+/// `UFFDIO_COPY` of a zero page), after which none starts.
+pub fn begin_zap(c: &AtomicU32) {
+    let mut n = 0u32;
+    loop {
+        let cur = c.load(Acquire);
+        debug_assert_eq!(state(cur), EVICTING, "begin_zap on {cur:#x}");
+        if cur & FILLING != 0 {
+            if n < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            n = n.saturating_add(1);
+            continue;
+        }
+        if c.compare_exchange_weak(cur, cur | ZAPPING, AcqRel, Acquire)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// Claim EVICTING chunk `c` for a fill of a dropped page (FILLING), if it
+/// is not ZAPPING and no other fill is in progress. `Err` with the word
+/// seen otherwise: the caller looks again.
+pub fn begin_fill(c: &AtomicU32) -> Result<u32, u32> {
+    c.fetch_update(AcqRel, Acquire, |w| {
+        (state(w) == EVICTING && w & (ZAPPING | FILLING) == 0).then_some(w | FILLING)
+    })
+}
+
+/// End a fill begun by [`begin_fill`] (the chunk may have left EVICTING
+/// since; the flag rides along until now).
+pub fn end_fill(c: &AtomicU32) {
+    c.fetch_and(!FILLING, AcqRel);
 }
 
 /// Mark a waiter on `c` if it is still in an owned state. Returns the word

@@ -456,6 +456,14 @@ pub(super) fn backstop(sh: &Shared) {
     }
     let _timed = BackstopTimer(sh, std::time::Instant::now());
     sh.ctr.backstop_waits.fetch_add(1, Relaxed);
+    if sh.signal {
+        // Here from the SIGBUS handler, where SIGBUS is blocked: an
+        // eviction this thread runs reads its victims, and one whose page
+        // the program dropped behind our back faults; that SIGBUS must
+        // reach the handler again (`fault::fill_dropped_evicting`), not end
+        // the process. The handler's return restores the mask.
+        crate::compress::thread::unblock_sigbus();
+    }
     // While eviction is futile (incompressible chunks: storing them frees
     // nothing until writeback moves their copies to the device), faults
     // install into the margin without trying; one that would pass the
@@ -473,6 +481,7 @@ pub(super) fn backstop(sh: &Shared) {
         if let Some(g) = sh.slots.try_take_for(BACKSTOP_POLL) {
             break g;
         }
+        super::fault::serve_dropped(sh);
         if sh.usage() + incoming <= limit() {
             return;
         }
@@ -1395,6 +1404,59 @@ fn restore_zapped(sh: &Shared, r: &RegionInner, ci: usize, groups: u16, wp: bool
     }
 }
 
+/// Whether the evictor asks which pages of a victim are there before it
+/// reads them (`Config::foreign_drops`, or once a page was found dropped).
+fn checks_present(sh: &Shared) -> bool {
+    sh.cfg.foreign_drops || sh.ctr.faults_dropped.load(Relaxed) != 0
+}
+
+/// Fill with zeros, write-protected, the pages of `range` (of victims we
+/// own, EVICTING and not yet ZAPPING, under their region's `live`) that
+/// `want` says are mapped but `mincore(2)` finds missing: the program
+/// dropped them behind our back, and a dropped anonymous page reads as
+/// zeros. The evictor's read of such a page would fault, and wait for a
+/// handler thread that may itself be waiting for this eviction's room at
+/// the backstop. A page dropped after this look is filled by the handler
+/// that reads the evictor's fault (`fault::fill_dropped_evicting`).
+fn fill_dropped(sh: &Shared, range: Range<usize>, want: impl Fn(usize) -> bool) {
+    let mut present = vec![0u8; range.len() / PAGE_SIZE];
+    // SAFETY: a page-aligned range of the live region, and a vector of
+    // one byte per page.
+    if unsafe { libc::mincore(range.start as *mut _, range.len(), present.as_mut_ptr()) } != 0 {
+        return;
+    }
+    for (k, _) in present.iter().enumerate().filter(|(_, &p)| p & 1 == 0) {
+        let at = range.start + k * PAGE_SIZE;
+        if !want(at) {
+            continue;
+        }
+        let res = loop {
+            // SAFETY: one page of a registered region's chunk we own
+            // (EVICTING) under the caller's `live`; `sh.zeros` holds a page.
+            match unsafe {
+                super::uffd_sys::copy(
+                    super::uffd_fd(sh),
+                    at,
+                    sh.zeros.as_ptr(),
+                    PAGE_SIZE,
+                    true,
+                    true,
+                )
+            } {
+                Ok(super::uffd_sys::Copy::Again(_)) => std::thread::yield_now(),
+                other => break other,
+            }
+        };
+        match res {
+            Ok(super::uffd_sys::Copy::Done) => {
+                sh.ctr.faults_dropped.fetch_add(1, Relaxed);
+            }
+            Ok(_) => {}
+            Err((e, _)) => eprintln!("uzswap: evictor: filling a dropped page at {at:#x}: {e}"),
+        }
+    }
+}
+
 /// The address range of the mapped pages victim `v` evicts: the whole
 /// chunk, or a partial chunk's first such group to its last (a trimmed
 /// chunk's kept groups between them are protected with them: they stay
@@ -1548,6 +1610,9 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i6
             return 0;
         }
     }
+    if checks_present(sh) {
+        fill_dropped(sh, start..start + len, |_| true);
+    }
     // 2-3. Read and store each chunk; the memory is stable under the
     // write-protection, so the store reads it in place.
     let mut stored = vec![false; run.len()];
@@ -1565,7 +1630,9 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i6
         let first = sh.entry(r, v.ci);
         // SAFETY: the chunk is mapped (RESIDENT/CLEAN before we took it),
         // stays mapped while we hold `live`, and is write-protected, so
-        // nothing changes it while the slice lives.
+        // nothing changes it while the slice lives. (A page the program
+        // drops behind our back reads as zeros: `fill_dropped` above, or
+        // the handler, `fault::fill_dropped_evicting`.)
         let data = unsafe { std::slice::from_raw_parts(addr as *const u8, chunk) };
         room_for_store(sh);
         match sh.zswap.store_folio_sized(first, sh.order, data) {
@@ -1604,6 +1671,9 @@ fn evict_run(sh: &Shared, run: &[Victim], zaps: &mut Zaps, cost: &mut u64) -> i6
         let mut m = k + 1;
         while m < run.len() && stored[m] {
             m += 1;
+        }
+        for v in &run[k..m] {
+            chunk::begin_zap(&r.state[v.ci]);
         }
         let a = r.chunk_addr(run[k].ci, chunk);
         zaps.push(
@@ -1722,6 +1792,13 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
             return 0;
         }
     }
+    if checks_present(sh) {
+        let n = 1 << sh.order;
+        let going = v.going();
+        fill_dropped(sh, mapped_span(sh, v), |at| {
+            chunk::group_bit((at - base) / PAGE_SIZE, n) & going != 0
+        });
+    }
     let mut taken = Vec::new();
     let mut stored = false;
     // Counted once the chunk is evicted: an abort drops what it stored.
@@ -1801,6 +1878,7 @@ fn evict_partial(sh: &Shared, v: &Victim, zaps: &mut Zaps, cost: &mut u64) -> i6
     }
     let bytes = (taken.len() * PAGE_SIZE) as u64;
     sh.resident.fetch_sub(bytes, Relaxed);
+    chunk::begin_zap(&r.state[v.ci]);
     zaps.push(
         zap,
         Zapped::Partial {

@@ -91,7 +91,12 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
             continue;
         }
         woke = false;
-        for &(addr, wp, write, tid) in &faults {
+        let _ = PENDING.try_with(|p| p.borrow_mut().extend(faults.drain(..)));
+        while let Some((addr, wp, write, tid)) = PENDING
+            .try_with(|p| p.borrow_mut().pop_front())
+            .ok()
+            .flatten()
+        {
             let t0 = Instant::now();
             // Where the fault was taken: once resolved, the thread may run
             // again elsewhere.
@@ -204,6 +209,45 @@ thread_local! {
 }
 
 thread_local! {
+    /// A handler thread's events read and not yet resolved: while one of
+    /// its batch waits at the backstop for an eviction's room, the rest
+    /// wait with it, and one of them may be that eviction's own read of a
+    /// page the program dropped (`serve_dropped`).
+    static PENDING: RefCell<std::collections::VecDeque<(usize, bool, bool, i32)>> =
+        const { RefCell::new(std::collections::VecDeque::new()) };
+}
+
+/// Fill the dropped pages of EVICTING chunks among this handler thread's
+/// pending events (`fill_dropped_evicting`): called while it waits at the
+/// backstop, whose room the evictor reading such a page cannot make until
+/// it is filled. The evictor asks `mincore(2)` first where drops are
+/// expected (`evict::fill_dropped`), which leaves a drop in the moment
+/// between that look and its read; and the first drop of a program not
+/// known for them. Elsewhere (signal mode, an event-less thread) nothing
+/// is pending.
+pub(super) fn serve_dropped(sh: &Shared) {
+    let _ = PENDING.try_with(|p| {
+        let Ok(mut p) = p.try_borrow_mut() else {
+            return;
+        };
+        p.retain(|&(addr, wp, _, _)| {
+            if wp {
+                return true;
+            }
+            let Some(r) = sh.lookup(addr) else {
+                return true;
+            };
+            let page = addr & !(PAGE_SIZE - 1);
+            let ci = (addr - r.base) / sh.chunk;
+            let w = r.state[ci].load(Acquire);
+            !(chunk::state(w) == EVICTING
+                && mapped_here(&r, ci, sh.chunk, w, page)
+                && fill_dropped_evicting(sh, &r, ci, page))
+        });
+    });
+}
+
+thread_local! {
     /// A signal-mode fault's chunk of decompressed data.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
@@ -270,6 +314,12 @@ fn mapped_here(r: &RegionInner, ci: usize, chunk: usize, w: u32, page: usize) ->
             let p = (page - r.chunk_addr(ci, chunk)) / PAGE_SIZE;
             m & chunk::group_bit(p, chunk / PAGE_SIZE) != 0
         }),
+        // Taken from one of those: its word keeps a partial chunk's mask.
+        // Once ZAPPING its pages are going, and a fault waits for them.
+        EVICTING if w & ZAPPING == 0 => chunk::part_mask(w).is_none_or(|m| {
+            let p = (page - r.chunk_addr(ci, chunk)) / PAGE_SIZE;
+            m & chunk::group_bit(p, chunk / PAGE_SIZE) != 0
+        }),
         _ => false,
     }
 }
@@ -306,6 +356,11 @@ fn resolve_in(
             ),
         };
         match (st, wp) {
+            (EVICTING, false) if mapped_here(r, ci, sh.chunk, w, page) => {
+                if fill_dropped_evicting(sh, r, ci, page) {
+                    return;
+                }
+            }
             (BUSY | EVICTING, _) if sh.signal => {
                 // The faulting thread is ours to hold: wait for the owner,
                 // then look again (the chunk may now need resolving). The
@@ -608,6 +663,58 @@ fn refill_dropped(
     chunk::release(&r.state[ci], from, 0, 0);
     sh.wake(base, sh.chunk);
     Ok(true)
+}
+
+/// A missing fault on `page` of chunk `ci`, EVICTING and not yet ZAPPING,
+/// whose word says the page is mapped: the program dropped it behind our
+/// back, and the evictor has not zapped anything of the chunk. Its reader
+/// for the store may be the faulting thread (a handler waiting on the
+/// owner would then wait for ever: a Go program's own `madvise` hung its
+/// evictor so), so the page is filled with zeros, as a dropped anonymous
+/// page reads, write-protected as the victim's other pages are, without
+/// taking the chunk: FILLING keeps the evictor from zapping until the copy
+/// is in. Returns false where the chunk moved on or another fill is in
+/// progress (look again).
+fn fill_dropped_evicting(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -> bool {
+    // Recursive: an evictor holds it for reading, and may be the faulting
+    // thread, so a teardown queued for it must not hold this up.
+    let live = r.live.read_recursive();
+    if !*live {
+        sh.wake(page, PAGE_SIZE);
+        return true;
+    }
+    if chunk::begin_fill(&r.state[ci]).is_err() {
+        std::thread::yield_now();
+        return false;
+    }
+    let res = loop {
+        // SAFETY: `sh.zeros` holds at least a page; `page` lies in a
+        // registered region under the caller's `live` lock, and no zap of
+        // its chunk starts while FILLING is set.
+        match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, true, true) }
+        {
+            Ok(Copy::Again(_)) => std::thread::yield_now(),
+            other => break other,
+        }
+    };
+    chunk::end_fill(&r.state[ci]);
+    match res {
+        Ok(Copy::Done) => {
+            sh.ctr.faults_dropped.fetch_add(1, Relaxed);
+        }
+        Ok(_) => {
+            // Mapped already: a fill of another fault on the page.
+            sh.ctr.faults_stale.fetch_add(1, Relaxed);
+            sh.wake(page, PAGE_SIZE);
+        }
+        Err((e, _)) => {
+            // Not parked on the owner, which may be the faulting thread:
+            // woken, it takes the fault again, and this tries again.
+            fail(sh, &e);
+            sh.wake(page, PAGE_SIZE);
+        }
+    }
+    true
 }
 
 /// What an install came to.

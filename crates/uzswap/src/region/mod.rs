@@ -86,6 +86,14 @@
 //!               mapped pages' copies---------------------------> PARTIAL
 //!   EVICTING  --a partial victim not yet evicted, with a read
 //!               of its other pages waiting: handed back, REF---> PARTIAL
+//!   EVICTING  (not ZAPPING) --a missing fault on a page its word
+//!               says is mapped (the program dropped it behind
+//!               our back; the faulting thread may be the evictor
+//!               reading it): a zero page, protected, under
+//!               FILLING; not owned-----------------------------> EVICTING
+//!   EVICTING  --its mapped pages stored: ZAPPING, once no fill
+//!               is in progress (`chunk::begin_zap`); cleared by
+//!               any release--------------------------------------> EVICTING
 //!   UNTOUCHED (unless it may map a parent's pages), STORED, CLEAN,
 //!   PARTIAL without DIRTY, not PINNED
 //!             --spanned by a write-protect call between two
@@ -355,6 +363,14 @@ pub struct Config {
     /// resident, outside the budget. Off by default: a library caller's
     /// heap may be large, and a trim walks it under its arena locks.
     pub trim_own_heap: bool,
+    /// The program may drop region pages behind uzswap's back, with
+    /// `madvise` system calls made without libc (Go's runtime returns
+    /// memory so): the evictor then asks `mincore(2)` which pages of a
+    /// victim are there before it reads them, and fills a dropped one with
+    /// zeros itself (`evict::fill_dropped`) rather than fault on it. Off by
+    /// default (one call per victim run); the evictor checks anyway once
+    /// a fault has found a page dropped (`faults_dropped`).
+    pub foreign_drops: bool,
     /// Register a region with userfaultfd only once the instance's regions
     /// together are larger than the budget (or a `PageOut` hint needs it).
     /// Until then nothing can ever have to be evicted, so the memory stays
@@ -526,6 +542,7 @@ impl Default for Config {
             plan_for_mapping: true,
             count_own_memory: false,
             trim_own_heap: false,
+            foreign_drops: false,
             defer_register: true,
             user_mode_only: false,
             sample_young: SampleYoung::default(),
