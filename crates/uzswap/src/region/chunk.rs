@@ -283,24 +283,23 @@ pub fn release(c: &AtomicU32, to: u32, clear: u32, set: u32) -> bool {
 /// `UFFDIO_COPY` of a zero page), after which none starts.
 pub fn begin_zap(c: &AtomicU32) {
     let mut n = 0u32;
-    loop {
-        let cur = c.load(Acquire);
-        debug_assert_eq!(state(cur), EVICTING, "begin_zap on {cur:#x}");
-        if cur & FILLING != 0 {
-            if n < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-            n = n.saturating_add(1);
-            continue;
+    while !try_begin_zap(c) {
+        if n < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
-        if c.compare_exchange_weak(cur, cur | ZAPPING, AcqRel, Acquire)
-            .is_ok()
-        {
-            return;
-        }
+        n = n.saturating_add(1);
     }
+}
+
+/// [`begin_zap`] without the wait: false while a fill is in progress.
+pub fn try_begin_zap(c: &AtomicU32) -> bool {
+    c.fetch_update(AcqRel, Acquire, |w| {
+        debug_assert_eq!(state(w), EVICTING, "begin_zap on {w:#x}");
+        (w & FILLING == 0).then_some(w | ZAPPING)
+    })
+    .is_ok()
 }
 
 /// Claim EVICTING chunk `c` for a fill of a dropped page (FILLING), if it

@@ -26,6 +26,15 @@
 //!   group stays mapped, the others (the span between them protected
 //!   first, a kept group inside it too) are stored and zapped, and the
 //!   chunk goes back PARTIAL with that group;
+//! - a dropper drops mapped pages as a program's own `madvise` system call
+//!   does, behind uzswap's back (`docs/ARCHITECTURE.md`, "Pages a program
+//!   drops behind uzswap's back"): a page so dropped then reads as zeros,
+//!   or as it was where uzswap kept a copy of it. A fault on one is
+//!   refilled with zeros by its resolver; the evictor's read of one in its
+//!   victim faults too, and the handler actor fills it without owning the
+//!   chunk (`chunk::begin_fill`), which the evictor's zap must wait out
+//!   (`chunk::try_begin_zap`); or the evictor, looking first (half its
+//!   evictions: `Config::foreign_drops`), fills it itself;
 //! - another eviction's write-protect call spans the chunk as one lying
 //!   between its victims (`evict::protect_ahead`): where the word is
 //!   `chunk::spannable` it holds the chunk with `chunk::hold` (the CAS of
@@ -47,7 +56,9 @@
 //! owners, or a resolver installing into a chunk being evicted);
 //! `spannable` true for a RESIDENT chunk (its pages protected behind a
 //! state that says writable); a trim that does not protect a DIRTY
-//! chunk's going groups (a write between store and zap lost, seed 33).
+//! chunk's going groups (a write between store and zap lost, seed 33); a
+//! zap that does not wait for a fill in progress, or a fill that does not
+//! look for ZAPPING (a zero page mapped in a STORED chunk).
 //!
 //! Locking: none; the harness is single-threaded and interleaves by hand.
 
@@ -58,6 +69,7 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 const P: usize = 4;
 const OPS: usize = 12;
 const EVICTIONS: usize = 6;
+const DROPS: usize = 4;
 const MAX_STEPS: usize = 5000;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -95,6 +107,33 @@ enum Step {
     },
     /// Parked on the owned chunk until woken.
     Parked,
+    /// A missing fault on `page`, dropped, of an EVICTING chunk not yet
+    /// ZAPPING: claim the fill (`chunk::begin_fill`). `handler`: the
+    /// handler actor serving the evictor's fault, else a program thread.
+    FillBegin {
+        page: usize,
+        handler: bool,
+    },
+    /// Claimed: map a zero page, protected.
+    FillCopy {
+        page: usize,
+        handler: bool,
+    },
+    /// Filled: clear FILLING.
+    FillEnd {
+        handler: bool,
+    },
+    /// The dropper's next drop.
+    Drop,
+    /// The handler actor: serve the evictor's fault, if it took one.
+    Serve,
+    /// The evictor, faulted on dropped page `next` of its victim, waits
+    /// for the page to be mapped.
+    StoreWait {
+        prev: u32,
+        keep: u16,
+        next: usize,
+    },
     /// The evictor looking for its next victim.
     Pick,
     /// The evictor owns the chunk taken with `prev`: protect if needed.
@@ -108,6 +147,11 @@ enum Step {
         prev: u32,
         keep: u16,
         next: usize,
+    },
+    /// Stored: mark the chunk ZAPPING, once no fill is in progress
+    /// (`chunk::try_begin_zap`; the zap itself comes later, gathered).
+    ZapBegin {
+        keep: u16,
     },
     /// Zap and release to STORED, or a trim's to PARTIAL with its group.
     Zap {
@@ -150,6 +194,14 @@ struct World {
     mem: [Option<Pte>; P],
     cache: [Option<u64>; P],
     truth: [u64; P],
+    /// What a dropped page may also read as until it is written: its
+    /// value before the drop, where uzswap kept a copy of it.
+    alt: [Option<u64>; P],
+    /// Pages dropped and not mapped since: their state's mask may say
+    /// mapped.
+    dropped: [bool; P],
+    /// The page of its victim the evictor faulted on, for the handler.
+    evictor_fault: Option<usize>,
     owner: Option<usize>,
     next_val: u64,
     trace: Vec<String>,
@@ -176,6 +228,15 @@ fn owned(w: u32) -> bool {
     matches!(state(w), BUSY | EVICTING)
 }
 
+/// Whether word `w` (mapped, or EVICTING from a mapped state) says page
+/// `p` is mapped: every page, or a partial chunk's mask.
+fn mapped_in(w: u32, p: usize) -> bool {
+    part_mask(w).is_none_or(|m| m & group_bit(p, P) != 0)
+}
+
+/// The evictor's index among the actors (after the two program threads).
+const EVICTOR: usize = 2;
+
 impl World {
     fn hit(&mut self, what: &'static str) {
         *self.cov.entry(what).or_default() += 1;
@@ -194,7 +255,12 @@ impl World {
     }
 
     /// The invariant of the chunk's state, when no one owns it.
-    fn check_state(&self) -> Result<(), String> {
+    fn check_state(&mut self) -> Result<(), String> {
+        for p in 0..P {
+            if self.mem[p].is_some() {
+                self.dropped[p] = false;
+            }
+        }
         let w = self.word.load(Acquire);
         if owned(w) {
             return Ok(());
@@ -204,13 +270,13 @@ impl World {
         let bad = |what: &str| Err(self.fail(format!("{what} (word {w:#x})")));
         match state(w) {
             RESIDENT => {
-                if self.mem.iter().any(|m| m.is_none_or(|m| m.wp)) {
+                if (0..P).any(|p| self.mem[p].map_or(!self.dropped[p], |m| m.wp)) {
                     return bad("RESIDENT with a page unmapped or protected");
                 }
             }
             CLEAN => {
                 for p in 0..P {
-                    if self.mem[p].is_none_or(|m| !m.wp) || self.cache[p].is_some() {
+                    if self.mem[p].map_or(!self.dropped[p], |m| !m.wp) || self.cache[p].is_some() {
                         return bad(
                             "CLEAN without every page mapped and protected, or with a copy",
                         );
@@ -230,7 +296,10 @@ impl World {
                         Some(_) if !mapped => {
                             return bad("PARTIAL: a page mapped outside the mask")
                         }
-                        None if mapped => return bad("PARTIAL: a page of the mask not mapped"),
+                        None if mapped && !self.dropped[p] => {
+                            return bad("PARTIAL: a page of the mask not mapped")
+                        }
+                        None if mapped => {}
                         None if self.cache[p].is_none() => {
                             return bad("PARTIAL: an unmapped page lost")
                         }
@@ -294,7 +363,7 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                 let (page, write, scan) = a.ops[a.done_ops];
                 match w.mem[page] {
                     Some(pte) if !write => {
-                        if pte.val != w.truth[page] {
+                        if pte.val != w.truth[page] && Some(pte.val) != w.alt[page] {
                             return Err(w.fail(format!(
                                 "actor {i} read {} from page {page}, last written {}",
                                 pte.val, w.truth[page]
@@ -308,6 +377,7 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                         let v = w.next_val;
                         w.mem[page] = Some(Pte { val: v, wp: false });
                         w.truth[page] = v;
+                        w.alt[page] = None;
                         actors[i].done_ops += 1;
                         Step::Access
                     }
@@ -319,7 +389,12 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
             let word = w.word.load(Acquire);
             let st = state(word);
             let wp = w.mem[page].is_some();
-            if owned(word) {
+            if st == EVICTING && !wp && word & ZAPPING == 0 && mapped_in(word, page) {
+                Step::FillBegin {
+                    page,
+                    handler: false,
+                }
+            } else if owned(word) {
                 match chunk::park(&w.word) {
                     Ok(()) => {
                         w.hit("parked on an owned chunk");
@@ -329,7 +404,7 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                 }
             } else {
                 match (st, wp) {
-                    (STORED, false) | (PARTIAL, _) | (CLEAN, true) => Step::Own {
+                    (STORED, false) | (PARTIAL, _) | (CLEAN, _) | (RESIDENT, false) => Step::Own {
                         page,
                         write,
                         scan,
@@ -372,7 +447,31 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
         } => {
             let bit = group_bit(page, P);
             let mask = part_mask(prev).unwrap_or(0);
+            let dropped_here = !wp && w.mem[page].is_none();
             match state(prev) {
+                RESIDENT | CLEAN | PARTIAL
+                    if dropped_here && (state(prev) != PARTIAL || mask & bit != 0) =>
+                {
+                    // A page the word says is mapped, dropped behind our
+                    // back: a zero page, protected where the chunk's pages
+                    // are, its copy dropped (`fault::refill_dropped`).
+                    w.hit("refilled a dropped page");
+                    w.mem[page] = Some(Pte {
+                        val: 0,
+                        wp: state(prev) != RESIDENT,
+                    });
+                    w.cache[page] = None;
+                    w.release(i, state(prev), 0, 0, actors);
+                }
+                RESIDENT => {
+                    // Mapped since the fault: stale.
+                    w.hit("stale fault");
+                    w.release(i, RESIDENT, 0, 0, actors);
+                }
+                CLEAN if !wp => {
+                    w.hit("stale fault");
+                    w.release(i, CLEAN, 0, 0, actors);
+                }
                 CLEAN => {
                     // The first write to a clean chunk, which keeps no
                     // copies: only its protection goes.
@@ -418,7 +517,9 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                     // A read of the whole chunk with every page written
                     // back: the copies stay (`fault::install`, `fill`).
                     for p in 0..P {
-                        if w.mem[p].is_none() {
+                        // A page of the mask not mapped was dropped: it
+                        // stays so, for its own fault to refill.
+                        if w.mem[p].is_none() && mask & group_bit(p, P) == 0 {
                             let v = w.cache[p].expect("checked above");
                             w.mem[p] = Some(Pte { val: v, wp: true });
                         }
@@ -434,7 +535,7 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                     // The whole chunk: writable if written or DIRTY.
                     let writable = write || prev & DIRTY != 0;
                     for p in 0..P {
-                        if w.mem[p].is_none() {
+                        if w.mem[p].is_none() && mask & group_bit(p, P) == 0 {
                             let v = w.cache[p].expect("an unmapped page's copy");
                             w.mem[p] = Some(Pte { val: v, wp: true });
                         }
@@ -443,8 +544,8 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                     // (`keep.rs`).
                     w.cache = [None; P];
                     if writable {
-                        for p in 0..P {
-                            w.mem[p].as_mut().unwrap().wp = false;
+                        for m in w.mem.iter_mut().flatten() {
+                            m.wp = false;
                         }
                         w.hit(if state(prev) == STORED {
                             "STORED -> RESIDENT"
@@ -524,6 +625,16 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
             }
         }
         Step::Protect { prev, keep } => {
+            if rng.below(2) == 0 {
+                // Drops expected (`evict::fill_dropped`): what the word
+                // says is mapped and is not gets a zero page, protected.
+                for p in 0..P {
+                    if keep & (1 << p) == 0 && mapped_in(prev, p) && w.mem[p].is_none() {
+                        w.hit("evictor filled a dropped page");
+                        w.mem[p] = Some(Pte { val: 0, wp: true });
+                    }
+                }
+            }
             if chunk::must_protect(prev) {
                 // A trim's call spans its groups' first to last, a kept
                 // group between them with them (`evict::mapped_span`).
@@ -544,10 +655,16 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
         }
         Step::Store { prev, keep, next } => {
             if next == P {
-                Step::Zap { keep }
+                Step::ZapBegin { keep }
             } else {
                 if keep & (1 << next) != 0 {
                     // Stays mapped, its copy as it is.
+                } else if w.mem[next].is_none() && mapped_in(prev, next) {
+                    // Dropped: the read faults.
+                    w.hit("evictor faulted on a dropped page");
+                    w.evictor_fault = Some(next);
+                    actors[i].step = Step::StoreWait { prev, keep, next };
+                    return w.check_state();
                 } else if let Some(m) = w.mem[next] {
                     // Claim the clean copy, or store the page as it is now.
                     if w.cache[next].is_none() {
@@ -559,6 +676,14 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
                     keep,
                     next: next + 1,
                 }
+            }
+        }
+        Step::ZapBegin { keep } => {
+            if chunk::try_begin_zap(&w.word) {
+                Step::Zap { keep }
+            } else {
+                w.hit("zap waited for a fill");
+                Step::ZapBegin { keep }
             }
         }
         Step::Zap { keep } if keep != 0 => {
@@ -605,6 +730,73 @@ fn step(i: usize, w: &mut World, actors: &mut [Actor], rng: &mut Rng) -> Result<
             w.release(i, state(word), 0, 0, actors);
             Step::SpanLook
         }
+        Step::StoreWait { prev, keep, next } => {
+            if w.mem[next].is_some() {
+                w.evictor_fault = None;
+                Step::Store { prev, keep, next }
+            } else {
+                Step::StoreWait { prev, keep, next }
+            }
+        }
+        Step::FillBegin { page, handler } => match chunk::begin_fill(&w.word) {
+            Ok(_) => Step::FillCopy { page, handler },
+            // ZAPPING, another fill, or no longer EVICTING: look again.
+            Err(_) if handler => Step::Serve,
+            Err(_) => Step::Fault {
+                page,
+                write: false,
+                scan: false,
+            },
+        },
+        Step::FillCopy { page, handler } => {
+            if w.mem[page].is_none() {
+                w.hit("filled a dropped page of a victim");
+                w.mem[page] = Some(Pte { val: 0, wp: true });
+            }
+            Step::FillEnd { handler }
+        }
+        Step::FillEnd { handler } => {
+            chunk::end_fill(&w.word);
+            if handler {
+                Step::Serve
+            } else {
+                Step::Access
+            }
+        }
+        Step::Drop => {
+            if actors[i].done_ops == DROPS {
+                Step::Done
+            } else {
+                let p = rng.below(P);
+                if let Some(m) = w.mem[p] {
+                    w.hit("dropped a mapped page");
+                    w.mem[p] = None;
+                    w.dropped[p] = true;
+                    w.alt[p] = Some(m.val);
+                    w.truth[p] = 0;
+                }
+                actors[i].done_ops += 1;
+                Step::Drop
+            }
+        }
+        Step::Serve => {
+            let word = w.word.load(Acquire);
+            match w.evictor_fault {
+                Some(p)
+                    if state(word) == EVICTING
+                        && word & ZAPPING == 0
+                        && w.mem[p].is_none()
+                        && mapped_in(word, p) =>
+                {
+                    Step::FillBegin {
+                        page: p,
+                        handler: true,
+                    }
+                }
+                None if matches!(actors[EVICTOR].step, Step::Done) => Step::Done,
+                _ => Step::Serve,
+            }
+        }
         Step::Done => Step::Done,
     };
     actors[i].step = next;
@@ -620,6 +812,9 @@ fn run(seed: u64) -> Result<(usize, std::collections::BTreeMap<&'static str, u64
         mem: [None; P],
         cache: [Some(0); P],
         truth: [0; P],
+        alt: [None; P],
+        dropped: [false; P],
+        evictor_fault: None,
         owner: None,
         next_val: 0,
         trace: Vec::new(),
@@ -636,7 +831,7 @@ fn run(seed: u64) -> Result<(usize, std::collections::BTreeMap<&'static str, u64
             tries: 0,
         })
         .collect();
-    for step in [Step::Pick, Step::SpanLook] {
+    for step in [Step::Pick, Step::SpanLook, Step::Drop, Step::Serve] {
         actors.push(Actor {
             step,
             ops: Vec::new(),
@@ -667,7 +862,7 @@ fn run(seed: u64) -> Result<(usize, std::collections::BTreeMap<&'static str, u64
     }
     for p in 0..P {
         let v = w.mem[p].map(|m| m.val).or(w.cache[p]);
-        if v != Some(w.truth[p]) {
+        if v != Some(w.truth[p]) && v != w.alt[p] {
             return Err(w.fail(format!(
                 "seed {seed}: page {p} holds {v:?} at the end, last written {}",
                 w.truth[p]
@@ -728,6 +923,12 @@ fn chunk_state_machine_model() {
         "woke parked threads",
         "lost the CAS to another thread",
         "held for a write-protect call spanning it",
+        "dropped a mapped page",
+        "refilled a dropped page",
+        "evictor faulted on a dropped page",
+        "filled a dropped page of a victim",
+        "evictor filled a dropped page",
+        "zap waited for a fill",
     ] {
         assert!(
             cov.get(t).copied().unwrap_or(0) > 0,
