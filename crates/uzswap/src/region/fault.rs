@@ -29,6 +29,8 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
     let mut buf = EventBuffer::new(32);
     let mut scratch = vec![0u8; sh.chunk];
     let mut faults: Vec<(usize, bool, bool, i32)> = Vec::with_capacity(32);
+    let pending = RefCell::new(std::collections::VecDeque::with_capacity(32));
+    let _pending = Pending::publish(&pending);
     let spin = match sh.cfg.handler {
         super::HandlerMode::Block | super::HandlerMode::Signal | super::HandlerMode::Auto => None,
         super::HandlerMode::Spin { micros } => {
@@ -91,12 +93,11 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
             continue;
         }
         woke = false;
-        let _ = PENDING.try_with(|p| p.borrow_mut().extend(faults.drain(..)));
-        while let Some((addr, wp, write, tid)) = PENDING
-            .try_with(|p| p.borrow_mut().pop_front())
-            .ok()
-            .flatten()
-        {
+        pending.borrow_mut().extend(faults.drain(..));
+        loop {
+            let Some((addr, wp, write, tid)) = pending.borrow_mut().pop_front() else {
+                break;
+            };
             let t0 = Instant::now();
             // Where the fault was taken: once resolved, the thread may run
             // again elsewhere.
@@ -208,13 +209,36 @@ thread_local! {
     static POISONED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// A handler thread's events read and not yet resolved.
+type PendingFaults = RefCell<std::collections::VecDeque<(usize, bool, bool, i32)>>;
+
 thread_local! {
-    /// A handler thread's events read and not yet resolved: while one of
-    /// its batch waits at the backstop for an eviction's room, the rest
-    /// wait with it, and one of them may be that eviction's own read of a
-    /// page the program dropped (`serve_dropped`).
-    static PENDING: RefCell<std::collections::VecDeque<(usize, bool, bool, i32)>> =
-        const { RefCell::new(std::collections::VecDeque::new()) };
+    /// This handler thread's [`PendingFaults`] (`handler_loop` owns them):
+    /// while one of its batch waits at the backstop for an eviction's
+    /// room, the rest wait with it, and one of them may be that eviction's
+    /// own read of a page the program dropped (`serve_dropped`). A pointer
+    /// in a `Cell`, which needs no destructor: a thread-local with one
+    /// registers it at first use (`__cxa_thread_atexit_impl`) under the
+    /// loader's lock, which a program in `dlopen` holds while it faults on
+    /// its heap, and a handler waiting for it there hung the program.
+    static PENDING: std::cell::Cell<*const PendingFaults> =
+        const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// Publishes a handler's pending faults in [`PENDING`] while it lives.
+struct Pending;
+
+impl Pending {
+    fn publish(p: &PendingFaults) -> Pending {
+        PENDING.set(p);
+        Pending
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        PENDING.set(std::ptr::null());
+    }
 }
 
 /// Fill the dropped pages of EVICTING chunks among this handler thread's
@@ -226,10 +250,14 @@ thread_local! {
 /// known for them. Elsewhere (signal mode, an event-less thread) nothing
 /// is pending.
 pub(super) fn serve_dropped(sh: &Shared) {
-    let _ = PENDING.try_with(|p| {
-        let Ok(mut p) = p.try_borrow_mut() else {
-            return;
-        };
+    let p = PENDING.get();
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: set by `handler_loop` on this thread to faults it owns, and
+    // cleared before they go (`Pending`); this runs inside that loop.
+    let p = unsafe { &*p };
+    if let Ok(mut p) = p.try_borrow_mut() {
         p.retain(|&(addr, wp, _, _)| {
             if wp {
                 return true;
@@ -244,7 +272,7 @@ pub(super) fn serve_dropped(sh: &Shared) {
                 && mapped_here(&r, ci, sh.chunk, w, page)
                 && fill_dropped_evicting(sh, &r, ci, page))
         });
-    });
+    }
 }
 
 thread_local! {
