@@ -694,6 +694,16 @@ fn mid_size_blocks_keep_every_byte_across_threads_realloc_and_fork() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `tests/programs/NAME.c` (built with -O1, run without arguments) under
+/// [`under_budget_everywhere`] at `mib` MiB, evicting more than 500 chunks.
+fn c_program_under_budget_everywhere(name: &str, mib: u64, want: &str) {
+    let Some((dir, bin)) = c_program(name, &["-O1"]) else {
+        return;
+    };
+    under_budget_everywhere(&[bin.as_str()], mib, want, 500);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `cmd` under `--budget {mib}M --json` on every open path: prints `want`,
 /// evicts more than `evicted` chunks, peaks within the budget, and takes
 /// no fault error.
@@ -1225,11 +1235,7 @@ fn a_runtimes_reserved_heap_is_under_the_budget() {
 /// a chunk it was evicting, and its fault waited on that chunk for ever.
 #[test]
 fn pages_dropped_by_raw_system_calls_are_evicted_and_read_back() {
-    let Some((dir, bin)) = c_program("raw_drops", &["-O1"]) else {
-        return;
-    };
-    under_budget_everywhere(&[bin.as_str()], 32, "ok raw_drops\n", 500);
-    std::fs::remove_dir_all(&dir).unwrap();
+    c_program_under_budget_everywhere("raw_drops", 32, "ok raw_drops\n");
 }
 
 /// A Go program (here `raw_drops.c` made to look like one: Go's section
@@ -1305,11 +1311,7 @@ fn a_go_program_gets_handler_threads_or_a_clear_refusal() {
 /// marked chunks the kernel had zapped as resident, and the program hung.
 #[test]
 fn locked_memory_stays_resident_and_the_rest_under_the_budget() {
-    let Some((dir, bin)) = c_program("mlock", &["-O1"]) else {
-        return;
-    };
-    under_budget_everywhere(&[bin.as_str()], 32, "ok mlock\n", 500);
-    std::fs::remove_dir_all(&dir).unwrap();
+    c_program_under_budget_everywhere("mlock", 32, "ok mlock\n");
 }
 
 /// A plugin opened with `RTLD_DEEPBIND` (PHP opens every extension so)

@@ -191,6 +191,22 @@ fn discard_reads_back_zeros_and_frees() {
     }
 }
 
+/// Drop pages `pages` of `r` with madvise(MADV_DONTNEED) made past
+/// `Uzswap::discard`, as a program's own system call would.
+fn drop_behind_our_back(r: &uzswap::Region, pages: &[usize]) {
+    for &i in pages {
+        // SAFETY: a page of the live region: what a program may do.
+        let rc = unsafe {
+            libc::madvise(
+                r.as_ptr().add(i * PAGE_SIZE) as *mut _,
+                PAGE_SIZE,
+                libc::MADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0);
+    }
+}
+
 /// An instance in `handler` mode whose region has a page dropped with
 /// madvise(MADV_DONTNEED) behind its back in a resident, a clean and a
 /// partial chunk; returns the dropped pages too.
@@ -202,17 +218,7 @@ fn dropped_pages(handler: HandlerMode) -> Option<(uzswap::Uzswap, uzswap::Region
     r.advise(chunk..2 * chunk, Advice::WillNeed).unwrap(); // clean
     let _ = common::read(&r, 2 * cp + 5); // partial: page 5 mapped
     let dropped = [3, cp + 2, 2 * cp + 5];
-    for &i in &dropped {
-        // SAFETY: a page of the live region: what a program may do.
-        let rc = unsafe {
-            libc::madvise(
-                r.as_ptr().add(i * PAGE_SIZE) as *mut _,
-                PAGE_SIZE,
-                libc::MADV_DONTNEED,
-            )
-        };
-        assert_eq!(rc, 0);
-    }
+    drop_behind_our_back(&r, &dropped);
     Some((uz, r, dropped))
 }
 
@@ -316,17 +322,7 @@ fn evicting_pages_dropped_behind_our_back_reads_zeros() {
             let dropped: Vec<usize> = (0..LEN / PAGE_SIZE)
                 .filter(|&i| (i / cp) % 4 == 1 && (i % cp == 0 || i % cp == cp - 3))
                 .collect();
-            for &i in &dropped {
-                // SAFETY: a page of the live region: what a program may do.
-                let rc = unsafe {
-                    libc::madvise(
-                        r.as_ptr().add(i * PAGE_SIZE) as *mut _,
-                        PAGE_SIZE,
-                        libc::MADV_DONTNEED,
-                    )
-                };
-                assert_eq!(rc, 0);
-            }
+            drop_behind_our_back(&r, &dropped);
             r.advise(0..LEN, Advice::PageOut).unwrap();
             assert_eq!(r.resident_bytes(), 0, "{handler:?} {foreign_drops}");
             let s = uz.stats();

@@ -4,8 +4,14 @@
 //!
 //! A handler never waits on a chunk: if the chunk is owned (BUSY or
 //! EVICTING) it marks WAITER and moves on, and the owner wakes the range
-//! when it lets go. So one handler thread suffices for correctness, and the
-//! evictor never depends on a handler to make progress.
+//! when it lets go. The one fault it resolves in an owned chunk is a page
+//! the program dropped behind our back in a victim not yet zapping, which
+//! the evictor may be the one reading: filled with zeros under FILLING,
+//! the chunk left to its owner (`fill_dropped_evicting`). So one handler
+//! thread suffices for correctness, and the evictor depends on a handler
+//! only for such a page: one waiting at the backstop fills those among its
+//! pending events (`serve_dropped`), and where drops are expected the
+//! evictor looks before it reads (`evict::fill_dropped`).
 //! Locking: takes a region's `live` lock for reading while resolving in it;
 //! may run one eviction step inline (taking an eviction slot first, never
 //! while holding `live`).
@@ -717,8 +723,8 @@ fn fill_dropped_evicting(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -
     }
     let res = loop {
         // SAFETY: `sh.zeros` holds at least a page; `page` lies in a
-        // registered region under the caller's `live` lock, and no zap of
-        // its chunk starts while FILLING is set.
+        // registered region, live under `live`, and no zap of its chunk
+        // starts while FILLING is set.
         match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, true, true) }
         {
             Ok(Copy::Again(_)) => std::thread::yield_now(),
