@@ -200,15 +200,21 @@ fn check_program(path: &Path, user_mode: bool) -> Result<()> {
     let dynamic = table
         .chunks_exact(phentsize.max(4) as usize)
         .any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP);
+    let go = go_sections(&mut f, &head)?;
     if !dynamic {
+        let how = if go {
+            "a Go program is linked dynamically where it uses cgo: build it with \
+             CGO_ENABLED=1 and a package that imports \"C\", such as os/user or net"
+        } else {
+            "link it dynamically, or use the library's API"
+        };
         bail!(
             "{} is statically linked: its allocator and system calls are inside it, where \
-             LD_PRELOAD cannot reach, so uzswap cannot hold its memory (link it dynamically, \
-             or use the library's API)",
+             LD_PRELOAD cannot reach, so uzswap cannot hold its memory ({how})",
             path.display()
         );
     }
-    if go_sections(&mut f, &head)? && !kernel_faults_served(user_mode) {
+    if go && !kernel_faults_served(user_mode) {
         bail!(
             "{} is a Go program: its runtime makes its system calls itself, not through \
              libc, so one that reads or writes evicted memory would fail unless the kernel \

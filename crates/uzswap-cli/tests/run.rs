@@ -1299,6 +1299,27 @@ fn a_go_program_gets_handler_threads_or_a_clear_refusal() {
     assert_eq!(ok(&o, "go-like exec'd in user mode"), "ok raw_drops\n");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("it runs without uzswap"), "{err}");
+
+    // Linked statically (a Go program without cgo): the refusal says how
+    // Go links dynamically.
+    let st = dir.join("static");
+    let built = Command::new(cc)
+        .args(["-O1", "-DGO_LIKE", "-static", "-o"])
+        .arg(&st)
+        .arg(programs().join("raw_drops.c"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if built {
+        let o = run(&[], &["--budget", "32M", "--", st.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && o.stdout.is_empty(), "{err}");
+        assert!(
+            err.contains("statically linked") && err.contains("cgo"),
+            "{err}"
+        );
+    } else {
+        eprintln!("no static C library: the statically linked case is not run");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
