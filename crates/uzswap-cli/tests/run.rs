@@ -694,13 +694,16 @@ fn mid_size_blocks_keep_every_byte_across_threads_realloc_and_fork() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `tests/programs/NAME.c` (built with -O1, run without arguments) under
-/// [`under_budget_everywhere`] at `mib` MiB, evicting more than 500 chunks.
-fn c_program_under_budget_everywhere(name: &str, mib: u64, want: &str) {
-    let Some((dir, bin)) = c_program(name, &["-O1"]) else {
+/// `tests/programs/NAME.c` (built with -O1 -pthread, run with `args`)
+/// under [`under_budget_everywhere`] at `mib` MiB, evicting more than 500
+/// chunks.
+fn c_program_under_budget_everywhere(name: &str, args: &[&str], mib: u64, want: &str) {
+    let Some((dir, bin)) = c_program(name, &["-O1", "-pthread"]) else {
         return;
     };
-    under_budget_everywhere(&[bin.as_str()], mib, want, 500);
+    let mut cmd = vec![bin.as_str()];
+    cmd.extend_from_slice(args);
+    under_budget_everywhere(&cmd, mib, want, 500);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1235,7 +1238,10 @@ fn a_runtimes_reserved_heap_is_under_the_budget() {
 /// a chunk it was evicting, and its fault waited on that chunk for ever.
 #[test]
 fn pages_dropped_by_raw_system_calls_are_evicted_and_read_back() {
-    c_program_under_budget_everywhere("raw_drops", 32, "ok raw_drops\n");
+    c_program_under_budget_everywhere("raw_drops", &["1"], 32, "ok raw_drops\n");
+    // Four threads under half the memory: every handler thread may be
+    // waiting at the backstop while the evictor reads a dropped page.
+    c_program_under_budget_everywhere("raw_drops", &["4"], 16, "ok raw_drops\n");
 }
 
 /// A Go program (here `raw_drops.c` made to look like one: Go's section
@@ -1251,7 +1257,12 @@ fn a_go_program_gets_handler_threads_or_a_clear_refusal() {
     };
     let dir = std::env::temp_dir().join(format!("uzswap-go-like-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = compile(cc, "raw_drops", &["-O1", "-DGO_LIKE", "-rdynamic"], &dir);
+    let bin = compile(
+        cc,
+        "raw_drops",
+        &["-O1", "-pthread", "-DGO_LIKE", "-rdynamic"],
+        &dir,
+    );
     let args = [
         "--budget",
         "32M",
@@ -1304,7 +1315,7 @@ fn a_go_program_gets_handler_threads_or_a_clear_refusal() {
     // Go links dynamically.
     let st = dir.join("static");
     let built = Command::new(cc)
-        .args(["-O1", "-DGO_LIKE", "-static", "-o"])
+        .args(["-O1", "-pthread", "-DGO_LIKE", "-static", "-o"])
         .arg(&st)
         .arg(programs().join("raw_drops.c"))
         .status()
@@ -1332,7 +1343,7 @@ fn a_go_program_gets_handler_threads_or_a_clear_refusal() {
 /// marked chunks the kernel had zapped as resident, and the program hung.
 #[test]
 fn locked_memory_stays_resident_and_the_rest_under_the_budget() {
-    c_program_under_budget_everywhere("mlock", 32, "ok mlock\n");
+    c_program_under_budget_everywhere("mlock", &[], 32, "ok mlock\n");
 }
 
 /// A plugin opened with `RTLD_DEEPBIND` (PHP opens every extension so)

@@ -454,7 +454,7 @@ pub(super) fn backstop(sh: &Shared) {
     if sh.usage() + incoming <= limit() {
         return;
     }
-    let _timed = BackstopTimer(sh, std::time::Instant::now());
+    let timed = BackstopTimer(sh, std::time::Instant::now());
     sh.ctr.backstop_waits.fetch_add(1, Relaxed);
     if sh.signal {
         // Here from the SIGBUS handler, where SIGBUS is blocked: an
@@ -481,7 +481,7 @@ pub(super) fn backstop(sh: &Shared) {
         if let Some(g) = sh.slots.try_take_for(BACKSTOP_POLL) {
             break g;
         }
-        super::fault::serve_dropped(sh);
+        super::fault::serve_dropped(sh, timed.1.elapsed());
         if sh.usage() + incoming <= limit() {
             return;
         }

@@ -50,25 +50,8 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
     let (mut miss, mut woke) = (0u32, false);
     loop {
         faults.clear();
-        match sh.uffd.read_events(&mut buf) {
-            Ok(events) => {
-                for ev in events.flatten() {
-                    if let Event::Pagefault {
-                        kind,
-                        rw,
-                        addr,
-                        thread_id,
-                    } = ev
-                    {
-                        faults.push((
-                            addr as usize,
-                            matches!(kind, FaultKind::WriteProtected),
-                            rw == ReadWrite::Write,
-                            thread_id.as_raw(),
-                        ));
-                    }
-                }
-            }
+        match read_faults(sh, &mut buf, &mut faults) {
+            Ok(()) => {}
             Err(e) => {
                 if sh.stop.load(Acquire) {
                     return;
@@ -113,6 +96,31 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
         }
         last_fault = Instant::now();
     }
+}
+
+/// Read the queued events into `out` as page faults: (address,
+/// write-protect, write, thread id). Nonblocking: none queued reads none.
+fn read_faults(
+    sh: &Shared,
+    buf: &mut EventBuffer,
+    out: &mut impl Extend<(usize, bool, bool, i32)>,
+) -> Result<(), userfaultfd::Error> {
+    let events = sh.uffd.read_events(buf)?;
+    out.extend(events.flatten().filter_map(|ev| match ev {
+        Event::Pagefault {
+            kind,
+            rw,
+            addr,
+            thread_id,
+        } => Some((
+            addr as usize,
+            matches!(kind, FaultKind::WriteProtected),
+            rw == ReadWrite::Write,
+            thread_id.as_raw(),
+        )),
+        _ => None,
+    }));
+    Ok(())
 }
 
 /// The CPUs to bind `handlers` handler threads to, one each: the CPUs the
@@ -247,6 +255,10 @@ impl Drop for Pending {
     }
 }
 
+/// How long a handler waits at the backstop before it reads queued events
+/// for the evictor's fault on a dropped page (`serve_dropped`).
+const STALLED: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Fill the dropped pages of EVICTING chunks among this handler thread's
 /// pending events (`fill_dropped_evicting`): called while it waits at the
 /// backstop, whose room the evictor reading such a page cannot make until
@@ -255,7 +267,7 @@ impl Drop for Pending {
 /// between that look and its read; and the first drop of a program not
 /// known for them. Elsewhere (signal mode, an event-less thread) nothing
 /// is pending.
-pub(super) fn serve_dropped(sh: &Shared) {
+pub(super) fn serve_dropped(sh: &Shared, waited: std::time::Duration) {
     let p = PENDING.get();
     if p.is_null() {
         return;
@@ -264,6 +276,15 @@ pub(super) fn serve_dropped(sh: &Shared) {
     // cleared before they go (`Pending`); this runs inside that loop.
     let p = unsafe { &*p };
     if let Ok(mut p) = p.try_borrow_mut() {
+        if waited >= STALLED && p.len() < 4096 {
+            // Every handler may be waiting here, each with its batch, while
+            // the evictor's fault came after they read theirs: nobody reads
+            // it. After a wait this long (a backstop wait is a fraction of
+            // a millisecond), take what is queued too; the faults that need
+            // nothing dropped are resolved after this one, in turn.
+            let mut buf = EventBuffer::new(32);
+            let _ = read_faults(sh, &mut buf, &mut *p);
+        }
         p.retain(|&(addr, wp, _, _)| {
             if wp {
                 return true;
