@@ -273,16 +273,27 @@ fn model_holds_with_several_evictions_at_once() {
             evict_batch_bytes: 1 << 20,
             ..Config::default()
         };
-        let (bad, ops, st) = run_model_stats(cfg, 64 << 20, 4, 1.5, 0);
-        assert_eq!(bad, 0, "{handler:?}: {bad} mismatches in {ops} ops");
-        if let Some(st) = st {
+        // Whether faults outrun the evictor thread and evict for themselves
+        // depends on the CPU the tests running beside this one leave it (a
+        // CI run once saw none): up to three runs, each checked in full,
+        // until one did.
+        for attempt in 1..=3 {
+            let (bad, ops, st) = run_model_stats(cfg.clone(), 64 << 20, 4, 1.5, 0);
+            assert_eq!(bad, 0, "{handler:?}: {bad} mismatches in {ops} ops");
+            let Some(st) = st else { break };
             assert_eq!(st.evictors, 4, "{st:?}");
-            // Faults evicted for themselves, beside the evictor thread.
-            assert!(st.evict_inline_batches > 0, "{handler:?}: {st:?}");
             assert_eq!(
                 (st.fault_errors, st.budget_overruns),
                 (0, 0),
                 "{handler:?}: {st:?}"
+            );
+            // Faults evicted for themselves, beside the evictor thread.
+            if st.evict_inline_batches > 0 {
+                break;
+            }
+            assert!(
+                attempt < 3,
+                "{handler:?}: no inline eviction in 3 runs: {st:?}"
             );
         }
     }
