@@ -1244,6 +1244,16 @@ fn pages_dropped_by_raw_system_calls_are_evicted_and_read_back() {
     c_program_under_budget_everywhere("raw_drops", &["4"], 16, "ok raw_drops\n");
 }
 
+/// The memory calls made through `syscall(2)` rather than their libc
+/// wrappers (`syscall_mem.c`): `madvise`, `munmap`, `mprotect`, `mremap`
+/// and a `MAP_FIXED` `mmap` on region memory keep their meaning on every
+/// open path. Before they went past the library: the mremap failed with
+/// EFAULT, and a page evicted before such a drop read back its old bytes.
+#[test]
+fn memory_calls_through_syscall_keep_their_meaning() {
+    c_program_under_budget_everywhere("syscall_mem", &[], 16, "ok syscall_mem\n");
+}
+
 /// A Go program (here `raw_drops.c` made to look like one: Go's section
 /// and its runtime's exported symbol) makes its system calls and sets its
 /// signal masks itself: it runs with handler threads even where signal

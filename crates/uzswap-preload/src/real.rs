@@ -16,6 +16,22 @@ extern "C" {
     pub fn __fork() -> libc::pid_t;
 }
 
+/// The system call `nr` with `args`, past the exported `syscall`
+/// (`syscall::direct`) where this library has one of its own.
+///
+/// # Safety
+/// As the call.
+unsafe fn sys(nr: libc::c_long, args: &[libc::c_long]) -> libc::c_long {
+    let mut a = [0; 6];
+    a[..args.len()].copy_from_slice(args);
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    // SAFETY: the caller's.
+    return unsafe { crate::syscall::direct(nr, a) };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    // SAFETY: the caller's.
+    return unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+}
+
 pub unsafe fn mmap(
     addr: *mut libc::c_void,
     len: usize,
@@ -25,13 +41,20 @@ pub unsafe fn mmap(
     off: libc::off_t,
 ) -> *mut libc::c_void {
     // SAFETY: the caller's arguments, passed on unchanged.
-    let r = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+    let r = unsafe {
+        sys(
+            libc::SYS_mmap,
+            &[
+                addr as _, len as _, prot as _, flags as _, fd as _, off as _,
+            ],
+        )
+    };
     r as *mut libc::c_void
 }
 
 pub unsafe fn munmap(addr: *mut libc::c_void, len: usize) -> i32 {
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
+    unsafe { sys(libc::SYS_munmap, &[addr as _, len as _]) as i32 }
 }
 
 pub unsafe fn mremap(
@@ -42,17 +65,28 @@ pub unsafe fn mremap(
     new_addr: *mut libc::c_void,
 ) -> *mut libc::c_void {
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut _ }
+    unsafe {
+        sys(
+            libc::SYS_mremap,
+            &[
+                old as _,
+                old_len as _,
+                new_len as _,
+                flags as _,
+                new_addr as _,
+            ],
+        ) as *mut _
+    }
 }
 
 pub unsafe fn madvise(addr: *mut libc::c_void, len: usize, advice: i32) -> i32 {
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as i32 }
+    unsafe { sys(libc::SYS_madvise, &[addr as _, len as _, advice as _]) as i32 }
 }
 
 pub unsafe fn mprotect(addr: *mut libc::c_void, len: usize, prot: i32) -> i32 {
     // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
+    unsafe { sys(libc::SYS_mprotect, &[addr as _, len as _, prot as _]) as i32 }
 }
 
 pub unsafe fn mlock2(addr: *const libc::c_void, len: usize, flags: u32) -> i32 {

@@ -21,7 +21,10 @@
 //! most others test for it, since container runtimes refuse io_uring
 //! too), whose calls the library sees and pins (`buffers.rs`).
 //! `getrandom` made through here has its buffer pinned, as the wrapper
-//! does.
+//! does. `madvise`, `munmap`, `mprotect`, `mremap` and a `MAP_FIXED`
+//! `mmap` that touch region memory go to their wrappers (`vma.rs`), as
+//! the same calls made through libc do; the library's own calls to the
+//! kernel go past this function (`direct`).
 //!
 //! liburing makes its system calls itself, without libc, and passes no
 //! wrapper. So where the process may (it has `CAP_SYS_ADMIN`: root, the
@@ -116,6 +119,54 @@ pub unsafe extern "C" fn syscall(
             crate::set_errno(libc::ENOSYS);
             return -1;
         }
+        // The memory calls, where they touch region memory: the wrappers,
+        // as for the same calls made through libc. Made past them, an
+        // unmap or a fixed mapping left the regions' bookkeeping behind
+        // the kernel's, and a drop read back old data. New mappings made
+        // here stay outside the regions, as before: this door is also the
+        // library's own for its threads' stacks, which must never be
+        // region memory.
+        libc::SYS_madvise | libc::SYS_munmap | libc::SYS_mprotect if touches_regions(a, b) => {
+            let (p, len) = (a as *mut libc::c_void, b as usize);
+            // SAFETY: the caller's call, made through the wrapper of the
+            // same name.
+            return unsafe {
+                match nr {
+                    libc::SYS_madvise => crate::vma::madvise(p, len, c as i32),
+                    libc::SYS_munmap => crate::vma::munmap(p, len),
+                    _ => crate::vma::mprotect(p, len, c as i32),
+                }
+            }
+            .into();
+        }
+        libc::SYS_mremap
+            if touches_regions(a, b)
+                || (c as i32 & libc::MREMAP_FIXED != 0 && touches_regions(e, c)) =>
+        {
+            // SAFETY: as above.
+            return unsafe {
+                crate::vma::mremap(
+                    a as *mut libc::c_void,
+                    b as usize,
+                    c as usize,
+                    d as i32,
+                    e as *mut libc::c_void,
+                )
+            } as c_long;
+        }
+        libc::SYS_mmap if d as i32 & libc::MAP_FIXED != 0 && touches_regions(a, b) => {
+            // SAFETY: as above.
+            return unsafe {
+                crate::vma::mmap(
+                    a as *mut libc::c_void,
+                    b as usize,
+                    c as i32,
+                    d as i32,
+                    e as i32,
+                    f as libc::off_t,
+                )
+            } as c_long;
+        }
         libc::SYS_getrandom if crate::vma::in_regions(a as usize) => crate::buffers::Pins::new()
             .map(|mut p| {
                 p.add(a as *const libc::c_void, b as usize, true);
@@ -125,6 +176,24 @@ pub unsafe extern "C" fn syscall(
     };
     // SAFETY: the caller's call, passed on unchanged.
     finish(unsafe { raw(nr, [a, b, c, d, e, f]) })
+}
+
+/// Whether `len` bytes at `addr` overlap region memory.
+fn touches_regions(addr: c_long, len: c_long) -> bool {
+    let s = addr as usize;
+    len > 0 && crate::vma::overlaps_regions(s, s.saturating_add(len as usize))
+}
+
+/// A system call made by this library itself, past the exported
+/// `syscall`, which sends the memory calls on region memory to their
+/// wrappers: the wrappers' own calls to the kernel (`real.rs`) must not
+/// come back to them. libc's convention: -1 with errno set for an error.
+///
+/// # Safety
+/// As the call `nr`.
+pub(crate) unsafe fn direct(nr: c_long, a: [c_long; 6]) -> c_long {
+    // SAFETY: the caller's.
+    finish(unsafe { raw(nr, a) })
 }
 
 /// The kernel's return `r` as `syscall(2)` returns it: -1 with errno set
