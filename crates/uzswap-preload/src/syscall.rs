@@ -141,7 +141,7 @@ pub unsafe extern "C" fn syscall(
         }
         libc::SYS_mremap
             if touches_regions(a, b)
-                || (c as i32 & libc::MREMAP_FIXED != 0 && touches_regions(e, c)) =>
+                || (d as i32 & libc::MREMAP_FIXED != 0 && touches_regions(e, c)) =>
         {
             // SAFETY: as above.
             return unsafe {
