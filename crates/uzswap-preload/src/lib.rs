@@ -356,9 +356,7 @@ extern "C" fn init() {
         if cfg.handler == HandlerMode::Signal {
             say("a Go program sets its own signal masks: faults are resolved by handler threads, not in signal mode");
         }
-        if cfg.handler != HandlerMode::Block {
-            cfg.handler = HandlerMode::Block;
-        }
+        cfg.handler = HandlerMode::Block;
     }
     if matches!(cfg.handler, HandlerMode::Auto | HandlerMode::Signal)
         && alloc::program_brings_malloc()

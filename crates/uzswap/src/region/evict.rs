@@ -1430,24 +1430,9 @@ fn fill_dropped(sh: &Shared, range: Range<usize>, want: impl Fn(usize) -> bool) 
         if !want(at) {
             continue;
         }
-        let res = loop {
-            // SAFETY: one page of a registered region's chunk we own
-            // (EVICTING) under the caller's `live`; `sh.zeros` holds a page.
-            match unsafe {
-                super::uffd_sys::copy(
-                    super::uffd_fd(sh),
-                    at,
-                    sh.zeros.as_ptr(),
-                    PAGE_SIZE,
-                    true,
-                    true,
-                )
-            } {
-                Ok(super::uffd_sys::Copy::Again(_)) => std::thread::yield_now(),
-                other => break other,
-            }
-        };
-        match res {
+        // SAFETY: one page of a registered region's chunk we own
+        // (EVICTING) under the caller's `live`.
+        match unsafe { super::fault::copy_zero_page(sh, at, true, true) } {
             Ok(super::uffd_sys::Copy::Done) => {
                 sh.ctr.faults_dropped.fetch_add(1, Relaxed);
             }

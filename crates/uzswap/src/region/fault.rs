@@ -34,7 +34,6 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
     HANDLER.set(h);
     let mut buf = EventBuffer::new(32);
     let mut scratch = vec![0u8; sh.chunk];
-    let mut faults: Vec<(usize, bool, bool, i32)> = Vec::with_capacity(32);
     let pending = RefCell::new(std::collections::VecDeque::with_capacity(32));
     let _pending = Pending::publish(&pending);
     let spin = match sh.cfg.handler {
@@ -49,8 +48,8 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
     // read follows a sleep in poll(2).
     let (mut miss, mut woke) = (0u32, false);
     loop {
-        faults.clear();
-        match read_faults(sh, &mut buf, &mut faults) {
+        // Empty here: the loop below resolves every pending fault.
+        match read_faults(sh, &mut buf, &mut *pending.borrow_mut()) {
             Ok(()) => {}
             Err(e) => {
                 if sh.stop.load(Acquire) {
@@ -60,7 +59,7 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
-        if faults.is_empty() {
+        if pending.borrow().is_empty() {
             if sh.stop.load(Acquire) {
                 return;
             }
@@ -82,7 +81,6 @@ pub(super) fn handler_loop(sh: &Shared, h: usize) {
             continue;
         }
         woke = false;
-        pending.borrow_mut().extend(faults.drain(..));
         loop {
             let Some((addr, wp, write, tid)) = pending.borrow_mut().pop_front() else {
                 break;
@@ -363,18 +361,16 @@ pub(super) fn resolve_here(
 /// it can only be a write to a protected page. For a signal, which does not
 /// say which kind of fault it is.
 fn mapped_here(r: &RegionInner, ci: usize, chunk: usize, w: u32, page: usize) -> bool {
+    let in_mask = |m: u16| {
+        let p = (page - r.chunk_addr(ci, chunk)) / PAGE_SIZE;
+        m & chunk::group_bit(p, chunk / PAGE_SIZE) != 0
+    };
     match chunk::state(w) {
         CLEAN | RESIDENT => true,
-        PARTIAL => chunk::part_mask(w).is_some_and(|m| {
-            let p = (page - r.chunk_addr(ci, chunk)) / PAGE_SIZE;
-            m & chunk::group_bit(p, chunk / PAGE_SIZE) != 0
-        }),
+        PARTIAL => chunk::part_mask(w).is_some_and(in_mask),
         // Taken from one of those: its word keeps a partial chunk's mask.
         // Once ZAPPING its pages are going, and a fault waits for them.
-        EVICTING if w & ZAPPING == 0 => chunk::part_mask(w).is_none_or(|m| {
-            let p = (page - r.chunk_addr(ci, chunk)) / PAGE_SIZE;
-            m & chunk::group_bit(p, chunk / PAGE_SIZE) != 0
-        }),
+        EVICTING if w & ZAPPING == 0 => chunk::part_mask(w).is_none_or(in_mask),
         _ => false,
     }
 }
@@ -690,15 +686,9 @@ fn refill_dropped(
         }
     }
     let wp = from != RESIDENT;
-    let res = loop {
-        // SAFETY: `sh.zeros` holds at least a page; `page` lies in a
-        // registered region whose chunk we own (BUSY) under its live lock.
-        match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, wp, false) }
-        {
-            Ok(Copy::Again(_)) => std::thread::yield_now(),
-            other => break other,
-        }
-    };
+    // SAFETY: `page` lies in a registered region whose chunk we own (BUSY)
+    // under its live lock.
+    let res = unsafe { copy_zero_page(sh, page, wp, false) };
     match res {
         Ok(Copy::Done) => {
             sh.ctr.faults_dropped.fetch_add(1, Relaxed);
@@ -742,16 +732,9 @@ fn fill_dropped_evicting(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -
         std::thread::yield_now();
         return false;
     }
-    let res = loop {
-        // SAFETY: `sh.zeros` holds at least a page; `page` lies in a
-        // registered region, live under `live`, and no zap of its chunk
-        // starts while FILLING is set.
-        match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, true, true) }
-        {
-            Ok(Copy::Again(_)) => std::thread::yield_now(),
-            other => break other,
-        }
-    };
+    // SAFETY: `page` lies in a registered region, live under `live`, and
+    // no zap of its chunk starts while FILLING is set.
+    let res = unsafe { copy_zero_page(sh, page, true, true) };
     chunk::end_fill(&r.state[ci]);
     match res {
         Ok(Copy::Done) => {
@@ -770,6 +753,28 @@ fn fill_dropped_evicting(sh: &Shared, r: &RegionInner, ci: usize, page: usize) -
         }
     }
     true
+}
+
+/// Map a zero page at `page` (write-protected with `wp`, waking the
+/// threads waiting on it with `wake`), trying again while the address
+/// space is changing (EAGAIN).
+///
+/// # Safety
+/// `page` lies in a registered region that stays mapped for the call, and
+/// whoever changes its page may (owns its chunk, or holds FILLING).
+pub(super) unsafe fn copy_zero_page(
+    sh: &Shared,
+    page: usize,
+    wp: bool,
+    wake: bool,
+) -> Result<Copy, (String, usize)> {
+    loop {
+        // SAFETY: `sh.zeros` holds at least a page; the caller's `page`.
+        match unsafe { uffd_sys::copy(uffd_fd(sh), page, sh.zeros.as_ptr(), PAGE_SIZE, wp, wake) } {
+            Ok(Copy::Again(_)) => std::thread::yield_now(),
+            other => return other,
+        }
+    }
 }
 
 /// What an install came to.
