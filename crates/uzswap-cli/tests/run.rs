@@ -1254,6 +1254,33 @@ fn memory_calls_through_syscall_keep_their_meaning() {
     c_program_under_budget_everywhere("syscall_mem", &[], 16, "ok syscall_mem\n");
 }
 
+/// glibc's waits (`sync_waits.c`: a mutex, a condition variable with and
+/// without a timeout, semaphores, a read-write lock, a barrier, and a
+/// futex wait made through `syscall(2)`) on objects in a heap chunk that
+/// a third thread pages out over and over: every round is counted, and no
+/// futex call fails with EFAULT, on every open path. Before, where the
+/// kernel's faults are not served (signal mode, user mode only), the
+/// kernel's read of a futex word on an evicted page failed with EFAULT,
+/// and glibc ended the process ("The futex facility returned an
+/// unexpected error code"); the raw waits failed by the tens of thousands.
+#[test]
+fn waits_on_objects_in_evicted_pages_never_fail() {
+    let Some((dir, bin)) = c_program("sync_waits", &["-O1", "-pthread"]) else {
+        return;
+    };
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "16M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin.as_str(), "20000"]);
+        let what = format!("sync_waits {extra:?}");
+        let (out, s) = output_and_summary(&run(pre, &args), &what);
+        assert_eq!(out, "ok sync_waits\n", "{what}");
+        let p = &s["processes"][0];
+        assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A Go program (here `raw_drops.c` made to look like one: Go's section
 /// and its runtime's exported symbol) makes its system calls and sets its
 /// signal masks itself: it runs with handler threads even where signal

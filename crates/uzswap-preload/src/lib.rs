@@ -49,6 +49,7 @@ mod streams;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod syscall;
 mod vma;
+mod waits;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};

@@ -186,6 +186,12 @@ pub type DirCmp = Option<unsafe extern "C" fn(*const *const c_void, *const *cons
 pub type FtwFn = Option<unsafe extern "C" fn(Str, *const c_void, c_int) -> c_int>;
 pub type NftwFn = Option<unsafe extern "C" fn(Str, *const c_void, c_int, *mut c_void) -> c_int>;
 type List = *mut *mut *mut c_void;
+type Mutex = *mut libc::pthread_mutex_t;
+type Cond = *mut libc::pthread_cond_t;
+type Sem = *mut libc::sem_t;
+type RwLock = *mut libc::pthread_rwlock_t;
+type Ts = *const libc::timespec;
+type Init = Option<unsafe extern "C" fn()>;
 
 real_fns! {
     setlocale: unsafe extern "C" fn(c_int, Str) -> *mut c_char;
@@ -442,4 +448,39 @@ real_fns! {
     getaddrinfo: unsafe extern "C" fn(Str, Str, *const libc::addrinfo, *mut *mut libc::addrinfo) -> c_int;
     getnameinfo: unsafe extern "C" fn(*const libc::sockaddr, libc::socklen_t, *mut c_char, libc::socklen_t, *mut c_char, libc::socklen_t, c_int) -> c_int;
     gethostbyname: unsafe extern "C" fn(Str) -> *mut libc::hostent;
+    // Waits on futex words (`waits.rs`).
+    pthread_mutex_lock: unsafe extern "C" fn(Mutex) -> c_int;
+    pthread_mutex_trylock: unsafe extern "C" fn(Mutex) -> c_int;
+    pthread_mutex_timedlock: unsafe extern "C" fn(Mutex, Ts) -> c_int;
+    pthread_mutex_clocklock: unsafe extern "C" fn(Mutex, libc::clockid_t, Ts) -> c_int;
+    pthread_mutex_unlock: unsafe extern "C" fn(Mutex) -> c_int;
+    pthread_cond_wait: unsafe extern "C" fn(Cond, Mutex) -> c_int;
+    pthread_cond_timedwait: unsafe extern "C" fn(Cond, Mutex, Ts) -> c_int;
+    pthread_cond_clockwait: unsafe extern "C" fn(Cond, Mutex, libc::clockid_t, Ts) -> c_int;
+    pthread_cond_signal: unsafe extern "C" fn(Cond) -> c_int;
+    pthread_cond_broadcast: unsafe extern "C" fn(Cond) -> c_int;
+    pthread_cond_destroy: unsafe extern "C" fn(Cond) -> c_int;
+    sem_wait: unsafe extern "C" fn(Sem) -> c_int;
+    sem_trywait: unsafe extern "C" fn(Sem) -> c_int;
+    sem_timedwait: unsafe extern "C" fn(Sem, Ts) -> c_int;
+    sem_clockwait: unsafe extern "C" fn(Sem, libc::clockid_t, Ts) -> c_int;
+    pthread_rwlock_rdlock: unsafe extern "C" fn(RwLock) -> c_int;
+    pthread_rwlock_wrlock: unsafe extern "C" fn(RwLock) -> c_int;
+    pthread_rwlock_tryrdlock: unsafe extern "C" fn(RwLock) -> c_int;
+    pthread_rwlock_trywrlock: unsafe extern "C" fn(RwLock) -> c_int;
+    pthread_rwlock_timedrdlock: unsafe extern "C" fn(RwLock, Ts) -> c_int;
+    pthread_rwlock_timedwrlock: unsafe extern "C" fn(RwLock, Ts) -> c_int;
+    pthread_rwlock_clockrdlock: unsafe extern "C" fn(RwLock, libc::clockid_t, Ts) -> c_int;
+    pthread_rwlock_clockwrlock: unsafe extern "C" fn(RwLock, libc::clockid_t, Ts) -> c_int;
+    pthread_barrier_wait: unsafe extern "C" fn(*mut libc::pthread_barrier_t) -> c_int;
+    pthread_barrier_destroy: unsafe extern "C" fn(*mut libc::pthread_barrier_t) -> c_int;
+    pthread_once: unsafe extern "C" fn(*mut libc::pthread_once_t, Init) -> c_int;
+    mtx_lock: unsafe extern "C" fn(Mutex) -> c_int;
+    mtx_trylock: unsafe extern "C" fn(Mutex) -> c_int;
+    mtx_timedlock: unsafe extern "C" fn(Mutex, Ts) -> c_int;
+    cnd_wait: unsafe extern "C" fn(Cond, Mutex) -> c_int;
+    cnd_timedwait: unsafe extern "C" fn(Cond, Mutex, Ts) -> c_int;
+    cnd_signal: unsafe extern "C" fn(Cond) -> c_int;
+    cnd_broadcast: unsafe extern "C" fn(Cond) -> c_int;
+    call_once: unsafe extern "C" fn(*mut libc::pthread_once_t, Init);
 }

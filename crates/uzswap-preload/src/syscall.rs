@@ -21,7 +21,9 @@
 //! most others test for it, since container runtimes refuse io_uring
 //! too), whose calls the library sees and pins (`buffers.rs`).
 //! `getrandom` made through here has its buffer pinned, as the wrapper
-//! does. `madvise`, `munmap`, `mprotect`, `mremap` and a `MAP_FIXED`
+//! does, and a `futex` call its words in region memory (`waits.rs`: the
+//! kernel reads them inside the call, and EFAULT from a wait is fatal to
+//! some of its callers). `madvise`, `munmap`, `mprotect`, `mremap` and a `MAP_FIXED`
 //! `mmap` that touch region memory go to their wrappers (`vma.rs`), as
 //! the same calls made through libc do; the library's own calls to the
 //! kernel go past this function (`direct`).
@@ -172,10 +174,45 @@ pub unsafe extern "C" fn syscall(
                 p.add(a as *const libc::c_void, b as usize, true);
                 p
             }),
+        // The words a futex call has the kernel read or write (`waits.rs`):
+        // Rust's std, abseil and libc++ wait through here, and some of
+        // them take EFAULT for a fatal error.
+        libc::SYS_futex => futex_words(a, b as i32, e),
         _ => None,
     };
     // SAFETY: the caller's call, passed on unchanged.
     finish(unsafe { raw(nr, [a, b, c, d, e, f]) })
+}
+
+/// Pins for the futex words of `futex(uaddr, op, _, _, uaddr2)` in region
+/// memory, where the call has the kernel read or write them: every
+/// operation but a plain wake (which only hashes the address) reads
+/// `uaddr`; the requeues and `FUTEX_WAKE_OP` touch `uaddr2` too.
+fn futex_words(uaddr: c_long, op: i32, uaddr2: c_long) -> Option<crate::buffers::Pins> {
+    const WORD: usize = std::mem::size_of::<u32>();
+    let cmd = op & libc::FUTEX_CMD_MASK;
+    if matches!(cmd, libc::FUTEX_WAKE | libc::FUTEX_WAKE_BITSET) {
+        return None;
+    }
+    let second = matches!(
+        cmd,
+        libc::FUTEX_REQUEUE
+            | libc::FUTEX_CMP_REQUEUE
+            | libc::FUTEX_WAKE_OP
+            | libc::FUTEX_WAIT_REQUEUE_PI
+            | libc::FUTEX_CMP_REQUEUE_PI
+    );
+    let (a, b) = (uaddr as usize, uaddr2 as usize);
+    let first = crate::vma::overlaps_regions(a, a + WORD);
+    if !(first || second && crate::vma::overlaps_regions(b, b + WORD)) {
+        return None;
+    }
+    let mut pins = crate::buffers::Pins::new()?;
+    pins.add(a as *const libc::c_void, WORD, true);
+    if second {
+        pins.add(b as *const libc::c_void, WORD, true);
+    }
+    Some(pins)
 }
 
 /// Whether `len` bytes at `addr` overlap region memory.
