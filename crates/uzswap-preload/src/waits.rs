@@ -16,17 +16,17 @@
 //!
 //! So on that path each call below holds its objects resident for the
 //! call (`Pins`, as `buffers.rs` does for a system call's buffer), from a
-//! touch before glibc's last read to after the kernel's: a wait the
-//! evictor could not have met otherwise. Where the call can take the
-//! object without waiting it does not pin: a `trylock`/`trywait` first
-//! (user-space atomics only; the kernel is not asked), the pin only when
-//! that fails. A plain mutex's uncontended lock pays the range check and
-//! the extra call, nothing more; a waiter pays the pin (two lock
-//! acquisitions in the instance) on top of the futex call it makes
-//! anyway. The mutexes whose lock and unlock are done by the kernel
-//! (priority inheritance, `FUTEX_LOCK_PI`/`FUTEX_UNLOCK_PI`, and robust
-//! and priority-protected ones, whose paths differ) are pinned for every
-//! call.
+//! touch before glibc's last read to after the kernel's. Where the call
+//! can take the object without waiting it does not pin: a
+//! `trylock`/`trywait` first (user-space atomics only; the kernel is not
+//! asked), wherever the object lies, and only when that fails the range
+//! check and the pin. An uncontended lock pays the extra call and one
+//! load; a waiter pays the pin (two lock acquisitions in the instance, 0.1
+//! µs) on top of the futex call it makes anyway. A signal or broadcast
+//! pins only where the condition has waiters (`may_wait_inside`). The
+//! mutexes whose lock and unlock are done by the kernel (priority
+//! inheritance, `FUTEX_LOCK_PI`/`FUTEX_UNLOCK_PI`, and robust and
+//! priority-protected ones, whose paths differ) are pinned for every call.
 //!
 //! The futex calls a program makes itself through `syscall(2)` (Rust's
 //! std, abseil, libc++'s atomic waits) are pinned in `syscall.rs`. Not
@@ -68,13 +68,6 @@ fn hold(objs: &[(*const c_void, usize)]) -> Option<Pins> {
     Some(pins)
 }
 
-/// Whether this thread's calls pin (as [`Pins::new`] decides): the
-/// instance is up, the thread is the program's, and the kernel's faults
-/// are not served.
-fn pinning() -> bool {
-    crate::active().is_some_and(|st| st.pin_buffers)
-}
-
 fn obj<T>(p: *const T) -> (*const c_void, usize) {
     (p as *const c_void, size_of::<T>())
 }
@@ -104,43 +97,38 @@ unsafe fn kernel_kind(m: Mutex) -> bool {
     }
 }
 
-/// Lock `m` with `lock`: where it lies in the regions (and faults are not
-/// served) a `trylock` first for a plain mutex, the pin only if that finds
-/// it held.
+/// Lock `m` with `lock`. A plain mutex is tried first (`trylock`: an
+/// atomic in user space, the kernel not asked), wherever it lies: the
+/// uncontended lock, the common case, then costs the extra call alone.
+/// Only a lock that would wait looks at where the mutex lies and pins it.
 ///
 /// # Safety
 /// As `pthread_mutex_lock(m)`.
 unsafe fn lock_mutex(m: Mutex, lock: impl FnOnce() -> c_int) -> c_int {
-    if !crate::vma::in_regions(m as usize) || !pinning() {
-        return lock();
-    }
     // SAFETY: the caller's mutex.
     if !unsafe { kernel_kind(m) } {
         if let Some(try_lock) = real::pthread_mutex_trylock() {
-            // SAFETY: as above; a plain mutex's trylock is an atomic in
-            // user space.
+            // SAFETY: as above.
             match unsafe { try_lock(m) } {
                 libc::EBUSY => {}
                 r => return r,
             }
         }
     }
-    let _pins = hold(&[obj(m)]);
+    let _pins = held(m);
     lock()
 }
 
 /// Call `wait` with `p` pinned where it lies in the regions, unless
 /// `try_take` (an atomic in user space) takes it first. `try_take` returns
 /// 0 when it took the object; glibc's `EBUSY`/`EAGAIN` (or -1 with errno
-/// `EAGAIN`, for semaphores) when it would wait.
+/// `EAGAIN`, for semaphores) when it would wait. As for a mutex, the try
+/// comes first wherever the object lies.
 fn take<T>(
     p: *const T,
     try_take: Option<impl FnOnce() -> c_int>,
     wait: impl FnOnce() -> c_int,
 ) -> c_int {
-    if !crate::vma::in_regions(p as usize) || !pinning() {
-        return wait();
-    }
     if let Some(t) = try_take {
         let errno = crate::errno();
         if t() == 0 {
@@ -148,8 +136,13 @@ fn take<T>(
         }
         crate::set_errno(errno);
     }
-    let _pins = hold(&[obj(p)]);
+    let _pins = held(p);
     wait()
+}
+
+/// [`hold`] for one object.
+fn held<T>(p: *const T) -> Option<Pins> {
+    hold(&[obj(p)])
 }
 
 /// What a pthread call returns where libc has no such function.
@@ -211,9 +204,7 @@ pub unsafe extern "C" fn pthread_mutex_unlock(m: Mutex) -> c_int {
         return missing();
     };
     // SAFETY: the caller's mutex, which it holds.
-    let _pins = (crate::vma::in_regions(m as usize) && pinning() && unsafe { kernel_kind(m) })
-        .then(|| hold(&[obj(m)]))
-        .flatten();
+    let _pins = unsafe { kernel_kind(m) }.then(|| held(m)).flatten();
     // SAFETY: as above.
     unsafe { f(m) }
 }
@@ -322,9 +313,7 @@ macro_rules! cond_call {
                 return $missing;
             };
             // SAFETY: the caller's condition.
-            let _pins = (crate::vma::in_regions(c as usize) && pinning() && unsafe { may_wait_inside(c) })
-                .then(|| hold(&[obj(c)]))
-                .flatten();
+            let _pins = unsafe { may_wait_inside(c) }.then(|| held(c)).flatten();
             // SAFETY: the caller's condition.
             unsafe { f(c) }
         }
