@@ -47,7 +47,10 @@ typedef enum uzswap_handler {
     UZSWAP_HANDLER_BLOCK = 0,
     /* No handler threads: the faulting thread resolves its own fault from a
      * SIGBUS handler. Faster, but a system call touching a page that is not
-     * mapped fails with EFAULT, and SIGBUS is shared with the program. */
+     * mapped fails with EFAULT, and SIGBUS is shared with the program. That
+     * includes the futex waits of mutexes, condition variables, semaphores
+     * and barriers, whose EFAULT glibc (2.34+) answers by ending the process:
+     * keep synchronisation objects outside the regions in this mode. */
     UZSWAP_HANDLER_SIGNAL = 1,
     /* SIGNAL where the kernel's own faults cannot be served anyway (no
      * access to /dev/userfaultfd: the descriptor opens in user mode only),

@@ -259,7 +259,11 @@ pub enum HandlerMode {
     /// Saves the two cross-CPU wake-ups of every fault. Opt-in, because a
     /// system call that touches a region page not mapped then fails with
     /// EFAULT instead of being resolved, and SIGBUS is shared with the
-    /// program (chained for every address outside uzswap's regions).
+    /// program (chained for every address outside uzswap's regions). The
+    /// futex waits of glibc's mutexes, condition variables and semaphores
+    /// are such calls, and glibc ends the process on their EFAULT: keep
+    /// those objects outside the regions here, or pin them around a wait
+    /// ([`Uzswap::pin`], as `uzswap run`'s library does).
     Signal,
     /// `Signal` where the kernel's faults cannot be served anyway (the
     /// userfaultfd was opened in user mode only: an unprivileged user
