@@ -967,7 +967,10 @@ fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Val
 /// times, get/setitimer,
 /// timer_ and timerfd_ set/gettime, sigprocmask and pthread_sigmask (both
 /// masks), splice's offset, sigtimedwait, msgsnd,
-/// msgrcv, semop, mq_send and mq_receive. In user mode only and signal
+/// msgrcv, semop, mq_send and mq_receive; then CPU-time clocks
+/// (clock_gettime, clock_getres), pthread_get/setaffinity_np,
+/// sched_setscheduler, sched_set/getparam, process_vm_readv/writev and
+/// vmsplice, each of which failed before. In user mode only and signal
 /// mode the first of each part failed with EFAULT before. On every open
 /// path, as an unprivileged user too.
 #[test]

@@ -764,6 +764,96 @@ wrap!(sched_getaffinity(pid: i32, n: usize, m: *mut libc::cpu_set_t) -> [i32] pi
     => |f: unsafe extern "C" fn(i32, usize, *mut libc::cpu_set_t) -> i32| f(pid, n, m));
 wrap!(sched_setaffinity(pid: i32, n: usize, m: *const libc::cpu_set_t) -> [i32] pins |p| { p.add(m as *const _, n, false) }
     => |f: unsafe extern "C" fn(i32, usize, *const libc::cpu_set_t) -> i32| f(pid, n, m));
+wrap!(pthread_getaffinity_np(t: libc::pthread_t, n: usize, m: *mut libc::cpu_set_t) -> [i32] pins |p| { p.add(m as Cv, n, true) }
+    => |f: unsafe extern "C" fn(libc::pthread_t, usize, *mut libc::cpu_set_t) -> i32| f(t, n, m));
+wrap!(pthread_setaffinity_np(t: libc::pthread_t, n: usize, m: *const libc::cpu_set_t) -> [i32] pins |p| { p.add(m as Cv, n, false) }
+    => |f: unsafe extern "C" fn(libc::pthread_t, usize, *const libc::cpu_set_t) -> i32| f(t, n, m));
+wrap!(sched_setparam(pid: libc::pid_t, sp: Sp) -> [i32] pins |p| { p.one(sp, false) }
+    => |f: unsafe extern "C" fn(libc::pid_t, Sp) -> i32| f(pid, sp));
+wrap!(sched_getparam(pid: libc::pid_t, sp: *mut libc::sched_param) -> [i32] pins |p| { p.one(sp, true) }
+    => |f: unsafe extern "C" fn(libc::pid_t, *mut libc::sched_param) -> i32| f(pid, sp));
+wrap!(sched_setscheduler(pid: libc::pid_t, pol: i32, sp: Sp) -> [i32] pins |p| { p.one(sp, false) }
+    => |f: unsafe extern "C" fn(libc::pid_t, i32, Sp) -> i32| f(pid, pol, sp));
+// The local side of a transfer between address spaces, and the remote
+// side too where the process names itself.
+wrap!(process_vm_readv(pid: libc::pid_t, l: *const iovec, ln: Ul, r: *const iovec, rn: Ul, fl: Ul)
+    pins |p| { p.iov(l, ln as i32, true); p.vm_remote(pid, r, rn, false) }
+    => |f: unsafe extern "C" fn(libc::pid_t, *const iovec, Ul, *const iovec, Ul, Ul) -> Ssize| f(pid, l, ln, r, rn, fl));
+wrap!(process_vm_writev(pid: libc::pid_t, l: *const iovec, ln: Ul, r: *const iovec, rn: Ul, fl: Ul)
+    pins |p| { p.iov(l, ln as i32, false); p.vm_remote(pid, r, rn, true) }
+    => |f: unsafe extern "C" fn(libc::pid_t, *const iovec, Ul, *const iovec, Ul, Ul) -> Ssize| f(pid, l, ln, r, rn, fl));
+wrap!(vmsplice(fd: i32, v: *const iovec, n: usize, fl: u32) pins |p| { p.iov(v, n as i32, false) }
+    => |f: unsafe extern "C" fn(i32, *const iovec, usize, u32) -> Ssize| f(fd, v, n, fl));
+
+type Sp = *const libc::sched_param;
+
+impl Pins {
+    /// The remote vector of `process_vm_readv`/`writev` (always read by
+    /// the kernel) and, where `pid` is this process, its buffers (written
+    /// when `write`): another process's memory is its own.
+    ///
+    /// # Safety
+    /// `r` points to `n` readable iovecs, as the call requires.
+    unsafe fn vm_remote(&mut self, pid: libc::pid_t, r: *const iovec, n: Ul, write: bool) {
+        // SAFETY: no arguments.
+        if pid == unsafe { libc::getpid() } {
+            // SAFETY: the caller's vector.
+            unsafe { self.iov(r, n as i32, write) };
+        } else if !r.is_null() {
+            self.add(r as Cv, n as usize * std::mem::size_of::<iovec>(), false);
+        }
+    }
+}
+
+/// A clock read into region memory, where the kernel's faults are not
+/// served: into a copy on the stack, then copied in user space, where a
+/// fault is the program's own. The CPU-time clocks
+/// (and every clock, where the clock source cannot be read in user space)
+/// are read by a system call, whose write into an evicted `timespec`
+/// failed with EFAULT where the kernel's faults are not served. A copy
+/// costs less than a pin, and a clock read into the heap is common: a
+/// request's start time kept in its structure.
+///
+/// # Safety
+/// `t` is null or a writable `timespec`.
+unsafe fn clock_into(t: Tsm, read: impl FnOnce(Tsm) -> i32) -> i32 {
+    if t.is_null()
+        || !crate::vma::in_regions(t as usize)
+        || !crate::active().is_some_and(|st| st.pin_buffers)
+    {
+        return read(t);
+    }
+    let mut copy = std::mem::MaybeUninit::<libc::timespec>::uninit();
+    let r = read(copy.as_mut_ptr());
+    if r == 0 {
+        // SAFETY: written by the successful call; `t` is the caller's.
+        unsafe { t.write(copy.assume_init()) };
+    }
+    r
+}
+
+/// # Safety
+/// As clock_gettime(2).
+#[no_mangle]
+pub unsafe extern "C" fn clock_gettime(c: libc::clockid_t, t: Tsm) -> i32 {
+    match real::clock_gettime() {
+        // SAFETY: the caller's clock and pointer.
+        Some(f) => unsafe { clock_into(t, |t| f(c, t)) },
+        None => errno_enosys() as i32,
+    }
+}
+
+/// # Safety
+/// As clock_getres(2).
+#[no_mangle]
+pub unsafe extern "C" fn clock_getres(c: libc::clockid_t, t: Tsm) -> i32 {
+    match real::clock_getres() {
+        // SAFETY: as above.
+        Some(f) => unsafe { clock_into(t, |t| f(c, t)) },
+        None => errno_enosys() as i32,
+    }
+}
+
 // Timers, signals waited for, offsets of a splice, System V and POSIX
 // messages and semaphores: each a structure or a message the kernel reads
 // or writes inside the call.

@@ -345,6 +345,16 @@ real_fns! {
     epoll_ctl: unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
     sched_getaffinity: unsafe extern "C" fn(c_int, usize, *mut libc::cpu_set_t) -> c_int;
     sched_setaffinity: unsafe extern "C" fn(c_int, usize, *const libc::cpu_set_t) -> c_int;
+    pthread_getaffinity_np: unsafe extern "C" fn(libc::pthread_t, usize, *mut libc::cpu_set_t) -> c_int;
+    pthread_setaffinity_np: unsafe extern "C" fn(libc::pthread_t, usize, *const libc::cpu_set_t) -> c_int;
+    sched_setparam: unsafe extern "C" fn(libc::pid_t, *const libc::sched_param) -> c_int;
+    sched_getparam: unsafe extern "C" fn(libc::pid_t, *mut libc::sched_param) -> c_int;
+    sched_setscheduler: unsafe extern "C" fn(libc::pid_t, c_int, *const libc::sched_param) -> c_int;
+    process_vm_readv: unsafe extern "C" fn(libc::pid_t, Iov, libc::c_ulong, Iov, libc::c_ulong, libc::c_ulong) -> Ssize;
+    process_vm_writev: unsafe extern "C" fn(libc::pid_t, Iov, libc::c_ulong, Iov, libc::c_ulong, libc::c_ulong) -> Ssize;
+    vmsplice: unsafe extern "C" fn(c_int, Iov, usize, libc::c_uint) -> Ssize;
+    clock_gettime: unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> c_int;
+    clock_getres: unsafe extern "C" fn(libc::clockid_t, *mut libc::timespec) -> c_int;
     sendfile: unsafe extern "C" fn(c_int, c_int, *mut i64, usize) -> Ssize;
     sendfile64: unsafe extern "C" fn(c_int, c_int, *mut i64, usize) -> Ssize;
     chown: unsafe extern "C" fn(Str, u32, u32) -> c_int;

@@ -12,6 +12,7 @@
  * own under /tmp; ioctl and fcntl requests, their structures evicted,
  * between the two; then thread names, capabilities, mincore, copy_file_range,
  * signalfd, eventfd_read, a memfd's name, timers, signal masks, a signal waited for, a splice's offset,
+ * CPU-time clocks, thread affinity, scheduling parameters, process_vm_readv/writev, vmsplice,
  * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
@@ -35,6 +36,7 @@
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/inotify.h>
 #include <sys/shm.h>
@@ -102,9 +104,9 @@ static void *sleeper(void *arg) {
 }
 
 static int timers_and_messages(void) {
-    char *a = malloc(CHUNK * 48 + CHUNK);
+    char *a = malloc(CHUNK * 64 + CHUNK);
     a = (char *)(((uintptr_t)a + CHUNK - 1) & ~(uintptr_t)(CHUNK - 1));
-    memset(a, 0, CHUNK * 48);
+    memset(a, 0, CHUNK * 64);
     int n = 0;
 #define MORE(T) ((T *)(a + CHUNK * n++ + 64))
     struct tms *t = MORE(struct tms);
@@ -135,6 +137,13 @@ static int timers_and_messages(void) {
     struct timespec *rr = MORE(struct timespec);
     struct epoll_event *evs = MORE(struct epoll_event);
     gid_t *gl = MORE(gid_t);
+    struct timespec *cpu = MORE(struct timespec), *res = MORE(struct timespec);
+    cpu_set_t *aff = MORE(cpu_set_t), *aff_out = MORE(cpu_set_t);
+    struct sched_param *sp = MORE(struct sched_param), *sp_out = MORE(struct sched_param);
+    char *vm_dst = MORE(char), *vm_src = MORE(char);
+    struct iovec *vm_iov = MORE(struct iovec), *vm_remote = MORE(struct iovec);
+    char *spliced = MORE(char);
+    struct iovec *sp_iov = MORE(struct iovec);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -211,6 +220,56 @@ static int timers_and_messages(void) {
     errno = 0;
     int sg = setgroups(1, gl), sg_err = errno;
     CHECK("setgroups", sg == 0 || sg_err == EPERM);
+    /* CPU-time clocks are read by a system call (the others in the vDSO,
+     * in user space). */
+    evict();
+    CHECK("clock_gettime CPUTIME", clock_gettime(CLOCK_PROCESS_CPUTIME_ID, cpu) == 0 &&
+                                       cpu->tv_sec + cpu->tv_nsec > 0);
+    evict();
+    CHECK("clock_getres CPUTIME", clock_getres(CLOCK_THREAD_CPUTIME_ID, res) == 0 &&
+                                      res->tv_sec + res->tv_nsec > 0);
+    cpu_set_t here;
+    CHECK("sched_getaffinity", sched_getaffinity(0, sizeof here, &here) == 0);
+    evict();
+    CHECK("pthread_getaffinity_np", pthread_getaffinity_np(pthread_self(), sizeof *aff, aff) == 0 &&
+                                        CPU_EQUAL(aff, &here));
+    *aff_out = here;
+    evict();
+    CHECK("pthread_setaffinity_np", pthread_setaffinity_np(pthread_self(), sizeof *aff_out, aff_out) == 0);
+    sp->sched_priority = 0;
+    evict();
+    CHECK("sched_setscheduler", sched_setscheduler(0, SCHED_OTHER, sp) == 0);
+    evict();
+    CHECK("sched_setparam", sched_setparam(0, sp) == 0);
+    evict();
+    CHECK("sched_getparam", sched_getparam(0, sp_out) == 0 && sp_out->sched_priority == 0);
+    /* process_vm_readv/writev on this process: the local buffers and both
+     * vectors in evicted chunks. */
+    strcpy(vm_src, "vm-bytes");
+    vm_iov->iov_base = vm_dst;
+    vm_iov->iov_len = 9;
+    vm_remote->iov_base = vm_src;
+    vm_remote->iov_len = 9;
+    evict();
+    CHECK("process_vm_readv", process_vm_readv(getpid(), vm_iov, 1, vm_remote, 1, 0) == 9 &&
+                                  !strcmp(vm_dst, "vm-bytes"));
+    strcpy(vm_src, "vm-other");
+    vm_iov->iov_base = vm_src;
+    vm_remote->iov_base = vm_dst;
+    evict();
+    CHECK("process_vm_writev", process_vm_writev(getpid(), vm_iov, 1, vm_remote, 1, 0) == 9 &&
+                                   !strcmp(vm_dst, "vm-other"));
+    int vp[2];
+    CHECK("pipe", pipe(vp) == 0);
+    strcpy(spliced, "spliced");
+    sp_iov->iov_base = spliced;
+    sp_iov->iov_len = 8;
+    evict();
+    char back[8];
+    CHECK("vmsplice", vmsplice(vp[1], sp_iov, 1, 0) == 8 && read(vp[0], back, 8) == 8 &&
+                          !strcmp(back, "spliced"));
+    close(vp[0]);
+    close(vp[1]);
     int ep = epoll_create1(0), ev_pipe[2];
     CHECK("pipe", pipe(ev_pipe) == 0);
     struct epoll_event want = {.events = EPOLLIN, .data.u32 = 77};
