@@ -1284,6 +1284,48 @@ fn waits_on_objects_in_evicted_pages_never_fail() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The same for C++'s objects (`cxx_waits.cpp`: `std::mutex`,
+/// `std::condition_variable`, `std::shared_mutex`,
+/// `std::counting_semaphore`, `std::barrier` and C++20's atomic wait,
+/// which libstdc++ makes through `syscall(2)`). Before, where the kernel's
+/// faults are not served, libstdc++ threw `std::system_error` ("Bad
+/// address") and the program ended.
+#[test]
+fn cxx_waits_on_objects_in_evicted_pages_never_fail() {
+    if !userfaultfd_works() {
+        return;
+    }
+    let ok = Command::new("c++")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipping: no C++ compiler (scripts/setup installs one)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uzswap-cxx_waits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("cxx_waits");
+    let st = Command::new("c++")
+        .args(["-std=c++20", "-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(programs().join("cxx_waits.cpp"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "compiling cxx_waits.cpp");
+    let bin = bin.to_str().unwrap();
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "16M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin, "20000"]);
+        let what = format!("cxx_waits {extra:?}");
+        let (out, s) = output_and_summary(&run(pre, &args), &what);
+        assert_eq!(out, "ok cxx_waits\n", "{what}");
+        assert_eq!(s["processes"][0]["fault_errors"], 0, "{what}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A Go program (here `raw_drops.c` made to look like one: Go's section
 /// and its runtime's exported symbol) makes its system calls and sets its
 /// signal masks itself: it runs with handler threads even where signal
