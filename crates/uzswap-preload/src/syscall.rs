@@ -175,7 +175,7 @@ pub unsafe extern "C" fn syscall(
                 p
             }),
         // The words a futex call has the kernel read or write (`waits.rs`):
-        // Rust's std, abseil and libc++ wait through here, and some of
+        // Rust's std, abseil and libstdc++ wait through here, and some of
         // them take EFAULT for a fatal error.
         libc::SYS_futex => futex_words(a, b as i32, e),
         _ => None,

@@ -29,7 +29,7 @@
 //! priority-protected ones, whose paths differ) are pinned for every call.
 //!
 //! The futex calls a program makes itself through `syscall(2)` (Rust's
-//! std, abseil, libc++'s atomic waits) are pinned in `syscall.rs`. Not
+//! std, abseil, libstdc++'s atomic waits) are pinned in `syscall.rs`. Not
 //! covered: futex calls made without libc, and the compatibility versions
 //! of the condition-variable calls (`@GLIBC_2.2.5`, for programs linked
 //! before 2003), which this library's unversioned definitions would also
