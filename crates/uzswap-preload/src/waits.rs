@@ -340,6 +340,21 @@ pub unsafe extern "C" fn pthread_cond_destroy(c: Cond) -> c_int {
 // Semaphores
 // ---------------------------------------------------------------------------
 
+extern "C" {
+    fn pthread_testcancel();
+}
+
+/// [`take`] for a semaphore wait: a cancellation point that glibc tests
+/// before it tries, whether the wait would block or not (POSIX's "shall
+/// occur"); the try below would skip that test, so it is made first.
+fn sem_take(s: Sem, wait: impl FnOnce() -> c_int) -> c_int {
+    // SAFETY: no arguments; acts on this thread's pending cancellation as
+    // the wait itself would.
+    unsafe { pthread_testcancel() };
+    // SAFETY: the caller's semaphore.
+    take(s, real::sem_trywait().map(|t| move || unsafe { t(s) }), wait)
+}
+
 /// # Safety
 /// As sem_wait(3).
 #[no_mangle]
@@ -348,11 +363,7 @@ pub unsafe extern "C" fn sem_wait(s: Sem) -> c_int {
         return missing_errno();
     };
     // SAFETY: the caller's semaphore.
-    take(
-        s,
-        real::sem_trywait().map(|t| move || unsafe { t(s) }),
-        || unsafe { f(s) },
-    )
+    sem_take(s, || unsafe { f(s) })
 }
 
 /// # Safety
@@ -363,11 +374,7 @@ pub unsafe extern "C" fn sem_timedwait(s: Sem, t: Ts) -> c_int {
         return missing_errno();
     };
     // SAFETY: the caller's semaphore and time.
-    take(
-        s,
-        real::sem_trywait().map(|w| move || unsafe { w(s) }),
-        || unsafe { f(s, t) },
-    )
+    sem_take(s, || unsafe { f(s, t) })
 }
 
 /// # Safety
@@ -378,11 +385,7 @@ pub unsafe extern "C" fn sem_clockwait(s: Sem, k: clockid_t, t: Ts) -> c_int {
         return missing_errno();
     };
     // SAFETY: as above.
-    take(
-        s,
-        real::sem_trywait().map(|w| move || unsafe { w(s) }),
-        || unsafe { f(s, k, t) },
-    )
+    sem_take(s, || unsafe { f(s, k, t) })
 }
 
 // ---------------------------------------------------------------------------
