@@ -969,8 +969,9 @@ fn assert_evicted_and_clean(parent: &serde_json::Value, procs: &[serde_json::Val
 /// masks), splice's offset, sigtimedwait, msgsnd,
 /// msgrcv, semop, mq_send and mq_receive; then CPU-time clocks
 /// (clock_gettime, clock_getres), pthread_get/setaffinity_np,
-/// sched_setscheduler, sched_set/getparam, process_vm_readv/writev and
-/// vmsplice, each of which failed before. In user mode only and signal
+/// sched_setscheduler, sched_set/getparam, process_vm_readv/writev,
+/// vmsplice, lutimes and futimesat (their paths), each of which failed
+/// before, and futimes and mq_notify. In user mode only and signal
 /// mode the first of each part failed with EFAULT before. On every open
 /// path, as an unprivileged user too.
 #[test]

@@ -436,6 +436,12 @@ wrap!(utime(pa: Cs, t: *const libc::utimbuf) -> [i32] pins |p| { p.path(pa); p.o
 wrap!(utimes(pa: Cs, t: *const libc::timeval) -> [i32]
     pins |p| { p.path(pa); p.one(t as *const [libc::timeval; 2], false) }
     => |f: unsafe extern "C" fn(Cs, *const libc::timeval) -> i32| f(pa, t));
+// glibc converts the times into a copy of its own (read in user space)
+// and passes the path on: the path is what the kernel reads here.
+wrap!(lutimes(pa: Cs, t: *const libc::timeval) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(Cs, *const libc::timeval) -> i32| f(pa, t));
+wrap!(futimesat(d: i32, pa: Cs, t: *const libc::timeval) -> [i32] pins |p| { p.path(pa) }
+    => |f: unsafe extern "C" fn(i32, Cs, *const libc::timeval) -> i32| f(d, pa, t));
 wrap!(chroot(pa: Cs) -> [i32] pins |p| { p.path(pa) }
     => |f: unsafe extern "C" fn(Cs) -> i32| f(pa));
 wrap!(inotify_add_watch(fd: i32, pa: Cs, m: u32) -> [i32] pins |p| { p.path(pa) }
@@ -987,6 +993,8 @@ type Mqa = *mut libc::mq_attr;
 wrap!(mq_open(name: Cs, fl: i32, mode: libc::mode_t, at: Mqa) -> [libc::mqd_t]
     pins |p| { p.path(name); if fl & libc::O_CREAT != 0 { p.one(at, false) } }
     => |f: unsafe extern "C" fn(Cs, i32, libc::mode_t, Mqa) -> libc::mqd_t| f(name, fl, mode, at));
+wrap!(mq_notify(q: libc::mqd_t, ev: *const libc::sigevent) -> [i32] pins |p| { p.one(ev, false) }
+    => |f: unsafe extern "C" fn(libc::mqd_t, *const libc::sigevent) -> i32| f(q, ev));
 wrap!(mq_getattr(q: libc::mqd_t, at: Mqa) -> [i32] pins |p| { p.one(at, true) }
     => |f: unsafe extern "C" fn(libc::mqd_t, Mqa) -> i32| f(q, at));
 wrap!(mq_setattr(q: libc::mqd_t, new: *const libc::mq_attr, old: Mqa) -> [i32]

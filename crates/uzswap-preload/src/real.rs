@@ -369,6 +369,9 @@ real_fns! {
     mknodat: unsafe extern "C" fn(c_int, Str, u32, u64) -> c_int;
     utime: unsafe extern "C" fn(Str, *const libc::utimbuf) -> c_int;
     utimes: unsafe extern "C" fn(Str, *const libc::timeval) -> c_int;
+    lutimes: unsafe extern "C" fn(Str, *const libc::timeval) -> c_int;
+    futimesat: unsafe extern "C" fn(c_int, Str, *const libc::timeval) -> c_int;
+    mq_notify: unsafe extern "C" fn(libc::mqd_t, *const libc::sigevent) -> c_int;
     chroot: unsafe extern "C" fn(Str) -> c_int;
     inotify_add_watch: unsafe extern "C" fn(c_int, Str, u32) -> c_int;
     getxattr: unsafe extern "C" fn(Str, Str, *mut c_void, usize) -> Ssize;

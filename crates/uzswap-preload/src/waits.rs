@@ -352,7 +352,11 @@ fn sem_take(s: Sem, wait: impl FnOnce() -> c_int) -> c_int {
     // the wait itself would.
     unsafe { pthread_testcancel() };
     // SAFETY: the caller's semaphore.
-    take(s, real::sem_trywait().map(|t| move || unsafe { t(s) }), wait)
+    take(
+        s,
+        real::sem_trywait().map(|t| move || unsafe { t(s) }),
+        wait,
+    )
 }
 
 /// # Safety

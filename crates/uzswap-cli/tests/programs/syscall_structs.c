@@ -13,6 +13,7 @@
  * between the two; then thread names, capabilities, mincore, copy_file_range,
  * signalfd, eventfd_read, a memfd's name, timers, signal masks, a signal waited for, a splice's offset,
  * CPU-time clocks, thread affinity, scheduling parameters, process_vm_readv/writev, vmsplice,
+ * futimes/lutimes/futimesat, mq_notify,
  * System V and POSIX messages and semaphores. Usage: syscall_structs EXE (a readable file for
  * sendfile: the program itself). */
 #define _GNU_SOURCE
@@ -144,6 +145,7 @@ static int timers_and_messages(void) {
     struct iovec *vm_iov = MORE(struct iovec), *vm_remote = MORE(struct iovec);
     char *spliced = MORE(char);
     struct iovec *sp_iov = MORE(struct iovec);
+    struct sigevent *mq_sev = MORE(struct sigevent);
 #undef MORE
     iv->it_value.tv_sec = 100;
     its->it_value.tv_sec = 100;
@@ -348,6 +350,9 @@ static int timers_and_messages(void) {
     if (m != (mqd_t)-1) {
         evict();
         CHECK("mq_getattr", mq_getattr(m, mq_now) == 0 && mq_now->mq_msgsize == 256);
+        mq_sev->sigev_notify = SIGEV_NONE;
+        evict();
+        CHECK("mq_notify", mq_notify(m, mq_sev) == 0 && mq_notify(m, NULL) == 0);
         struct mq_attr at = *mq_now;
         evict();
         CHECK("mq_send", mq_send(m, mq_in, 9, 0) == 0);
@@ -531,6 +536,12 @@ int main(int argc, char **argv) {
     CHECK("mkfifo", mkfifo(fifo, 0600) == 0);
     CHECK("utimes", utimes(file, tv) == 0);
     CHECK("utime", utime(file, ub) == 0);
+    evict();
+    CHECK("futimes", futimes(fd, tv) == 0);
+    evict();
+    CHECK("lutimes", lutimes(file, tv) == 0);
+    evict();
+    CHECK("futimesat", futimesat(AT_FDCWD, file, tv) == 0);
     CHECK("inotify_add_watch", inotify_add_watch(in, dir, IN_CREATE) >= 0);
     /* The file system may not take user attributes: any answer but EFAULT. */
     errno = 0;
