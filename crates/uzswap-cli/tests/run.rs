@@ -602,14 +602,19 @@ fn the_runner_becomes_the_program() {
 
 /// A C compiler, or None with the reason printed.
 fn cc() -> Option<&'static str> {
-    let ok = Command::new("cc")
+    compiler("cc", "C")
+}
+
+/// The compiler `cmd` (for `language`), or `None` with the skip printed.
+fn compiler(cmd: &'static str, language: &str) -> Option<&'static str> {
+    let ok = Command::new(cmd)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipping: no C compiler (scripts/setup installs one)");
+        eprintln!("skipping: no {language} compiler (scripts/setup installs one)");
     }
-    ok.then_some("cc")
+    ok.then_some(cmd)
 }
 
 /// `tests/programs/NAME.c` compiled into a scratch directory of its own,
@@ -1293,21 +1298,13 @@ fn waits_on_objects_in_evicted_pages_never_fail() {
 /// address") and the program ended.
 #[test]
 fn cxx_waits_on_objects_in_evicted_pages_never_fail() {
-    if !userfaultfd_works() {
+    let (Some(cxx), true) = (compiler("c++", "C++"), userfaultfd_works()) else {
         return;
-    }
-    let ok = Command::new("c++")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipping: no C++ compiler (scripts/setup installs one)");
-        return;
-    }
+    };
     let dir = std::env::temp_dir().join(format!("uzswap-cxx_waits-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bin = dir.join("cxx_waits");
-    let st = Command::new("c++")
+    let st = Command::new(cxx)
         .args(["-std=c++20", "-O1", "-pthread", "-o"])
         .arg(&bin)
         .arg(programs().join("cxx_waits.cpp"))

@@ -48,6 +48,8 @@ type Sem = *mut libc::sem_t;
 type RwLock = *mut libc::pthread_rwlock_t;
 type Ts = *const timespec;
 type Init = Option<unsafe extern "C" fn()>;
+type Barrier = *mut libc::pthread_barrier_t;
+type Once = *mut libc::pthread_once_t;
 
 /// Pins for `objs` (pointer, length) where any lies in region memory and
 /// the kernel's faults are not served; `None` (nothing to hold) otherwise.
@@ -156,6 +158,24 @@ fn missing_errno() -> c_int {
     -1
 }
 
+/// Calls that always hold their objects for the call where they lie in
+/// the regions: each waits, or may, with nothing to try first.
+macro_rules! pinned {
+    ($missing:expr; $($(#[$doc:meta])* $name:ident($($a:ident: $t:ty),*) holds [$($o:ident),*];)*) => {$(
+        /// # Safety
+        /// As the libc function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(f) = real::$name() else {
+                return $missing;
+            };
+            let _pins = hold(&[$(obj($o)),*]);
+            // SAFETY: the caller's objects and arguments.
+            unsafe { f($($a),*) }
+        }
+    )*};
+}
+
 // ---------------------------------------------------------------------------
 // Mutexes
 // ---------------------------------------------------------------------------
@@ -215,40 +235,13 @@ pub unsafe extern "C" fn pthread_mutex_unlock(m: Mutex) -> c_int {
 // destroy may take it).
 // ---------------------------------------------------------------------------
 
-/// # Safety
-/// As pthread_cond_wait(3).
-#[no_mangle]
-pub unsafe extern "C" fn pthread_cond_wait(c: Cond, m: Mutex) -> c_int {
-    let Some(f) = real::pthread_cond_wait() else {
-        return missing();
-    };
-    let _pins = hold(&[obj(c), obj(m)]);
-    // SAFETY: the caller's condition and mutex.
-    unsafe { f(c, m) }
-}
-
-/// # Safety
-/// As pthread_cond_timedwait(3).
-#[no_mangle]
-pub unsafe extern "C" fn pthread_cond_timedwait(c: Cond, m: Mutex, t: Ts) -> c_int {
-    let Some(f) = real::pthread_cond_timedwait() else {
-        return missing();
-    };
-    let _pins = hold(&[obj(c), obj(m)]);
-    // SAFETY: as above.
-    unsafe { f(c, m, t) }
-}
-
-/// # Safety
-/// As pthread_cond_clockwait(3).
-#[no_mangle]
-pub unsafe extern "C" fn pthread_cond_clockwait(c: Cond, m: Mutex, k: clockid_t, t: Ts) -> c_int {
-    let Some(f) = real::pthread_cond_clockwait() else {
-        return missing();
-    };
-    let _pins = hold(&[obj(c), obj(m)]);
-    // SAFETY: as above.
-    unsafe { f(c, m, k, t) }
+pinned! { missing();
+    // The wait relocks the mutex at its end.
+    pthread_cond_wait(c: Cond, m: Mutex) holds [c, m];
+    pthread_cond_timedwait(c: Cond, m: Mutex, t: Ts) holds [c, m];
+    pthread_cond_clockwait(c: Cond, m: Mutex, k: clockid_t, t: Ts) holds [c, m];
+    // Waits for the waiters still leaving.
+    pthread_cond_destroy(c: Cond) holds [c];
 }
 
 /// The offset of `__wrefs` (the waiters' count, shifted left by 3) in
@@ -321,20 +314,6 @@ macro_rules! cond_call {
 }
 
 cond_call!(missing(); pthread_cond_signal, pthread_cond_broadcast);
-
-/// Waits for the waiters still leaving.
-///
-/// # Safety
-/// As pthread_cond_destroy(3).
-#[no_mangle]
-pub unsafe extern "C" fn pthread_cond_destroy(c: Cond) -> c_int {
-    let Some(f) = real::pthread_cond_destroy() else {
-        return missing();
-    };
-    let _pins = hold(&[obj(c)]);
-    // SAFETY: the caller's condition.
-    unsafe { f(c) }
-}
 
 // ---------------------------------------------------------------------------
 // Semaphores
@@ -424,46 +403,14 @@ rwlock_take! {
 // Barriers and once
 // ---------------------------------------------------------------------------
 
-/// # Safety
-/// As pthread_barrier_wait(3).
-#[no_mangle]
-pub unsafe extern "C" fn pthread_barrier_wait(b: *mut libc::pthread_barrier_t) -> c_int {
-    let Some(f) = real::pthread_barrier_wait() else {
-        return missing();
-    };
-    let _pins = hold(&[obj(b)]);
-    // SAFETY: the caller's barrier.
-    unsafe { f(b) }
-}
-
-/// Waits for the threads still leaving the barrier.
-///
-/// # Safety
-/// As pthread_barrier_destroy(3).
-#[no_mangle]
-pub unsafe extern "C" fn pthread_barrier_destroy(b: *mut libc::pthread_barrier_t) -> c_int {
-    let Some(f) = real::pthread_barrier_destroy() else {
-        return missing();
-    };
-    let _pins = hold(&[obj(b)]);
-    // SAFETY: the caller's barrier.
-    unsafe { f(b) }
-}
-
-/// A second caller waits for the first's `init` to finish. The pin holds
-/// across `init` too, which runs the program's code: one page, the
-/// `pthread_once_t`'s.
-///
-/// # Safety
-/// As pthread_once(3).
-#[no_mangle]
-pub unsafe extern "C" fn pthread_once(o: *mut libc::pthread_once_t, init: Init) -> c_int {
-    let Some(f) = real::pthread_once() else {
-        return missing();
-    };
-    let _pins = hold(&[obj(o)]);
-    // SAFETY: the caller's once control and function.
-    unsafe { f(o, init) }
+pinned! { missing();
+    pthread_barrier_wait(b: Barrier) holds [b];
+    // Waits for the threads still leaving the barrier.
+    pthread_barrier_destroy(b: Barrier) holds [b];
+    // A second caller waits for the first's `init` to finish. The pin
+    // holds across `init` too, which runs the program's code: one chunk,
+    // the `pthread_once_t`'s.
+    pthread_once(o: Once, init: Init) holds [o];
 }
 
 // ---------------------------------------------------------------------------
@@ -507,28 +454,9 @@ fn c11_lock(m: Mutex, lock: impl FnOnce() -> c_int) -> c_int {
     )
 }
 
-/// # Safety
-/// As cnd_wait(3).
-#[no_mangle]
-pub unsafe extern "C" fn cnd_wait(c: Cond, m: Mutex) -> c_int {
-    let Some(f) = real::cnd_wait() else {
-        return THRD_ERROR;
-    };
-    let _pins = hold(&[obj(c), obj(m)]);
-    // SAFETY: the caller's condition and mutex.
-    unsafe { f(c, m) }
-}
-
-/// # Safety
-/// As cnd_timedwait(3).
-#[no_mangle]
-pub unsafe extern "C" fn cnd_timedwait(c: Cond, m: Mutex, t: Ts) -> c_int {
-    let Some(f) = real::cnd_timedwait() else {
-        return THRD_ERROR;
-    };
-    let _pins = hold(&[obj(c), obj(m)]);
-    // SAFETY: as above.
-    unsafe { f(c, m, t) }
+pinned! { THRD_ERROR;
+    cnd_wait(c: Cond, m: Mutex) holds [c, m];
+    cnd_timedwait(c: Cond, m: Mutex, t: Ts) holds [c, m];
 }
 
 cond_call!(THRD_ERROR; cnd_signal, cnd_broadcast);
