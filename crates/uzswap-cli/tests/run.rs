@@ -1324,6 +1324,30 @@ fn cxx_waits_on_objects_in_evicted_pages_never_fail() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Threads on stacks the program gives them from its heap
+/// (`heap_stacks.c`: eight at a time, created and joined 1000 times while
+/// another thread pages the stacks out) all run and are all joined, on
+/// every open path. Before, the joins hung with handler threads (the
+/// thread id the kernel clears at a thread's exit sits on its stack, and
+/// an exiting thread's faults are not served) and the threads died of
+/// SIGBUS at their start in signal mode.
+#[test]
+fn threads_on_heap_stacks_run_and_are_joined() {
+    let Some((dir, bin)) = c_program("heap_stacks", &["-O1", "-pthread"]) else {
+        return;
+    };
+    for (pre, extra) in every_open_path(&None) {
+        let mut args = vec!["--budget", "16M", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin.as_str(), "1000"]);
+        let what = format!("heap_stacks {extra:?}");
+        let (out, s) = output_and_summary(&run(pre, &args), &what);
+        assert_eq!(out, "ok heap_stacks\n", "{what}");
+        assert_eq!(s["processes"][0]["fault_errors"], 0, "{what}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A Go program (here `raw_drops.c` made to look like one: Go's section
 /// and its runtime's exported symbol) makes its system calls and sets its
 /// signal masks itself: it runs with handler threads even where signal

@@ -45,6 +45,7 @@ mod mlock;
 mod real;
 mod report;
 mod signals;
+mod stacks;
 mod streams;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod syscall;
@@ -187,21 +188,38 @@ pub unsafe extern "C" fn pthread_create(
         return libc::ENOSYS;
     };
     if !internal() {
-        // The thread stays the program's, but what the thread library
-        // allocates for it here comes from glibc: its dynamic thread vector
-        // (calloc'd as the thread is made) is read by every access to our
-        // thread-locals, the SIGBUS handler's included, and in region memory
-        // it could be evicted; the handler then faults with SIGBUS blocked,
-        // which the kernel answers by killing the process.
-        let _g = Internal::enter();
-        // The program's thread starts in `program_thread`, which registers
-        // it for fault-handling locality and then runs `start`.
-        let p = Box::into_raw(Box::new((start, arg as usize)));
-        // SAFETY: the caller's arguments, with our trampoline owning the box.
-        let rc = unsafe { create(t, attr, program_thread, p as *mut libc::c_void) };
-        if rc != 0 {
-            // SAFETY: the thread was not made; the box is still ours.
-            drop(unsafe { Box::from_raw(p) });
+        // A stack the program gives from region memory keeps its top chunk,
+        // where glibc puts the thread's descriptor, pinned (`stacks.rs`).
+        let span = stacks::pin_for(attr);
+        let rc = {
+            // The thread stays the program's, but what the thread library
+            // allocates for it here comes from glibc: its dynamic thread
+            // vector (calloc'd as the thread is made) is read by every
+            // access to our thread-locals, the SIGBUS handler's included,
+            // and in region memory it could be evicted; the handler then
+            // faults with SIGBUS blocked, which the kernel answers by
+            // killing the process.
+            let _g = Internal::enter();
+            // The program's thread starts in `program_thread`, which
+            // registers it for fault-handling locality and then runs
+            // `start`.
+            let p = Box::into_raw(Box::new((start, arg as usize)));
+            // SAFETY: the caller's arguments, with our trampoline owning
+            // the box.
+            let rc = unsafe { create(t, attr, program_thread, p as *mut libc::c_void) };
+            if rc != 0 {
+                // SAFETY: the thread was not made; the box is still ours.
+                drop(unsafe { Box::from_raw(p) });
+            }
+            rc
+        };
+        if let Some(span) = span {
+            if rc == 0 {
+                // SAFETY: pthread_create wrote the new thread's id there.
+                stacks::made(unsafe { *t }, span);
+            } else {
+                stacks::unpin(span);
+            }
         }
         return rc;
     }

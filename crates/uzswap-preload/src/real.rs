@@ -496,4 +496,9 @@ real_fns! {
     cnd_signal: unsafe extern "C" fn(Cond) -> c_int;
     cnd_broadcast: unsafe extern "C" fn(Cond) -> c_int;
     call_once: unsafe extern "C" fn(*mut libc::pthread_once_t, Init);
+    // Joins (`stacks.rs`).
+    pthread_join: unsafe extern "C" fn(libc::pthread_t, *mut *mut c_void) -> c_int;
+    pthread_tryjoin_np: unsafe extern "C" fn(libc::pthread_t, *mut *mut c_void) -> c_int;
+    pthread_timedjoin_np: unsafe extern "C" fn(libc::pthread_t, *mut *mut c_void, Ts) -> c_int;
+    pthread_clockjoin_np: unsafe extern "C" fn(libc::pthread_t, *mut *mut c_void, libc::clockid_t, Ts) -> c_int;
 }
