@@ -21,7 +21,9 @@
 //! So a thread made on such a stack has the stack's top chunk brought in
 //! and pinned (`Uzswap::pin`: the evictor never takes it) from before it
 //! is made until a join returns, when it is dead and the kernel is done
-//! with it. The pin is one chunk per live thread. A detached thread (or one
+//! with it. The pin is one chunk per live thread, which the budget counts
+//! like any resident memory (unlike a wait's, it is not optional: without
+//! it the thread's exit can fail). A detached thread (or one
 //! made detached) keeps its pin: nothing tells us when it has exited. Its
 //! chunk stays resident until the memory is unmapped. glibc's own stacks
 //! are mappings outside the regions (`MAP_STACK`), and need nothing.
