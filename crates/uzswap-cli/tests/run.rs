@@ -1292,7 +1292,8 @@ fn waits_on_objects_in_evicted_pages_never_fail() {
 
 /// Waits pin their objects while they sleep, but all of them together
 /// hold at most an eighth of the budget (`many_waiters.c`: 200 threads
-/// each waiting on a condition of its own while the main thread writes
+/// each waiting on a condition of its own, or parked in a futex wait made
+/// through `syscall(2)` as Rust's std parks, while the main thread writes
 /// 64 MiB under 8 MiB): the program stays under its budget, on every open
 /// path. With every wait pinned, 12.5 MiB of pinned chunks overran the
 /// budget on every fault (a peak of 12.6 MiB, 50 times slower).

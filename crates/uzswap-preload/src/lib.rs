@@ -190,7 +190,7 @@ pub unsafe extern "C" fn pthread_create(
     if !internal() {
         // A stack the program gives from region memory keeps its top chunk,
         // where glibc puts the thread's descriptor, pinned (`stacks.rs`).
-        let span = stacks::pin_for(attr);
+        let pinned = stacks::pin_for(attr);
         let rc = {
             // The thread stays the program's, but what the thread library
             // allocates for it here comes from glibc: its dynamic thread
@@ -213,13 +213,8 @@ pub unsafe extern "C" fn pthread_create(
             }
             rc
         };
-        if let Some(span) = span {
-            if rc == 0 {
-                // SAFETY: pthread_create wrote the new thread's id there.
-                stacks::made(unsafe { *t }, span);
-            } else {
-                stacks::unpin(span);
-            }
+        if let (Some(start), true) = (pinned, rc != 0) {
+            stacks::release(start);
         }
         return rc;
     }

@@ -28,11 +28,16 @@
 //! chunk stays resident until the memory is unmapped. glibc's own stacks
 //! are mappings outside the regions (`MAP_STACK`), and need nothing.
 //!
+//! The pins are kept by stack, registered before the thread is made, and
+//! a join finds its thread's by the descriptor's address (glibc's
+//! `pthread_t`), which lies in the span: a join made by another thread as
+//! soon as the id is written cannot come before the registration.
+//!
 //! Locking: `LIVE` is a leaf `std` mutex (a futex of its own, never in
 //! region memory), taken with the re-entry guard up.
 
 use crate::{real, Internal};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// The span at the top of a stack block that is pinned: glibc's thread
@@ -44,12 +49,14 @@ use std::sync::Mutex;
 /// of it. Brought in whole and kept: one chunk, 64 KiB by default.
 const STARTUP_SPAN: usize = 64 << 10;
 
-/// Pinned ranges by thread: (start, length).
-static LIVE: Mutex<Option<HashMap<libc::pthread_t, (usize, usize)>>> = Mutex::new(None);
+/// Pinned spans by start: (length, threads made on it and not joined; a
+/// detached thread's stays counted).
+static LIVE: Mutex<BTreeMap<usize, (usize, u32)>> = Mutex::new(BTreeMap::new());
 
-/// The descriptor span of the stack `attr` gives, where that stack lies in
-/// the regions; pinned. `None` for a thread on a stack of glibc's.
-pub(crate) fn pin_for(attr: *const libc::pthread_attr_t) -> Option<(usize, usize)> {
+/// The span at the top of the stack `attr` gives, where that stack lies in
+/// the regions: brought in, pinned and registered; its start. `None` for a
+/// thread on a stack of glibc's.
+pub(crate) fn pin_for(attr: *const libc::pthread_attr_t) -> Option<usize> {
     if attr.is_null() {
         return None;
     }
@@ -68,36 +75,46 @@ pub(crate) fn pin_for(attr: *const libc::pthread_attr_t) -> Option<(usize, usize
     let st = crate::active()?;
     let _g = Internal::enter();
     // Brought in writable and pinned; the pin outlives this call, and
-    // `unpin` undoes it (as the guard's drop would).
+    // `release` undoes it (as the guard's drop would).
     std::mem::forget(st.uz.pin(start, top - start, true));
-    Some((start, top - start))
-}
-
-/// Undo [`pin_for`] for a thread that was not made.
-pub(crate) fn unpin(span: (usize, usize)) {
-    if let Some(st) = crate::active() {
-        let _g = Internal::enter();
-        st.uz.unpin(span.0, span.1);
-    }
-}
-
-/// Remember `span` as `t`'s, for its join.
-pub(crate) fn made(t: libc::pthread_t, span: (usize, usize)) {
-    let _g = Internal::enter();
     let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    live.get_or_insert_with(HashMap::new).insert(t, span);
+    live.entry(start).or_insert((top - start, 0)).1 += 1;
+    Some(start)
 }
 
-/// `t` was joined: it is dead, and its descriptor's pin goes.
-fn joined(t: libc::pthread_t) {
+/// Undo one [`pin_for`] of the span starting at `start`: a thread that was
+/// not made, or one joined.
+pub(crate) fn release(start: usize) {
+    let Some(st) = crate::active() else { return };
     let _g = Internal::enter();
-    let span = {
+    let len = {
         let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-        live.as_mut().and_then(|m| m.remove(&t))
+        let Some((len, n)) = live.get_mut(&start) else {
+            return;
+        };
+        let len = *len;
+        *n -= 1;
+        if *n == 0 {
+            live.remove(&start);
+        }
+        len
     };
-    if let Some(span) = span {
-        drop(_g);
-        unpin(span);
+    st.uz.unpin(start, len);
+}
+
+/// `t` was joined: it is dead, and the pin of the span its descriptor
+/// lies in goes.
+fn joined(t: libc::pthread_t) {
+    let at = t as usize;
+    let start = {
+        let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        live.range(..=at)
+            .next_back()
+            .filter(|(s, (len, _))| at < *s + len)
+            .map(|(s, _)| *s)
+    };
+    if let Some(start) = start {
+        release(start);
     }
 }
 

@@ -74,6 +74,13 @@ pub unsafe extern "C" fn syscall(
     e: c_long,
     f: c_long,
 ) -> c_long {
+    // The words a futex call has the kernel read or write (`waits.rs`, and
+    // its cap: a parked thread sleeps here): Rust's std, abseil and
+    // libstdc++ wait through here, and some of them take EFAULT for a
+    // fatal error.
+    let _words = (nr == libc::SYS_futex)
+        .then(|| futex_words(a, b as i32, e))
+        .flatten();
     let _pins = match nr {
         // A fork made by system call runs no fork handler, and its child
         // read every evicted page as zeros: glibc's fork instead, which
@@ -174,10 +181,6 @@ pub unsafe extern "C" fn syscall(
                 p.add(a as *const libc::c_void, b as usize, true);
                 p
             }),
-        // The words a futex call has the kernel read or write (`waits.rs`):
-        // Rust's std, abseil and libstdc++ wait through here, and some of
-        // them take EFAULT for a fatal error.
-        libc::SYS_futex => futex_words(a, b as i32, e),
         _ => None,
     };
     // SAFETY: the caller's call, passed on unchanged.
@@ -188,7 +191,7 @@ pub unsafe extern "C" fn syscall(
 /// memory, where the call has the kernel read or write them: every
 /// operation but a plain wake (which only hashes the address) reads
 /// `uaddr`; the requeues and `FUTEX_WAKE_OP` touch `uaddr2` too.
-fn futex_words(uaddr: c_long, op: i32, uaddr2: c_long) -> Option<crate::buffers::Pins> {
+fn futex_words(uaddr: c_long, op: i32, uaddr2: c_long) -> Option<crate::waits::Held> {
     const WORD: usize = std::mem::size_of::<u32>();
     let cmd = op & libc::FUTEX_CMD_MASK;
     if matches!(cmd, libc::FUTEX_WAKE | libc::FUTEX_WAKE_BITSET) {
@@ -202,17 +205,11 @@ fn futex_words(uaddr: c_long, op: i32, uaddr2: c_long) -> Option<crate::buffers:
             | libc::FUTEX_WAIT_REQUEUE_PI
             | libc::FUTEX_CMP_REQUEUE_PI
     );
-    let (a, b) = (uaddr as usize, uaddr2 as usize);
-    let first = crate::vma::overlaps_regions(a, a + WORD);
-    if !(first || second && crate::vma::overlaps_regions(b, b + WORD)) {
-        return None;
-    }
-    let mut pins = crate::buffers::Pins::new()?;
-    pins.add(a as *const libc::c_void, WORD, true);
-    if second {
-        pins.add(b as *const libc::c_void, WORD, true);
-    }
-    Some(pins)
+    let words = [
+        (uaddr as *const libc::c_void, WORD),
+        (uaddr2 as *const libc::c_void, WORD),
+    ];
+    crate::waits::hold(&words[..1 + second as usize])
 }
 
 /// Whether `len` bytes at `addr` overlap region memory.

@@ -34,8 +34,8 @@
 //! of the condition-variable calls (`@GLIBC_2.2.5`, for programs linked
 //! before 2003), which this library's unversioned definitions would also
 //! stand in front of and pass to the current ones. Where the kernel's
-//! faults are served (root, `uzswap setup`'s group) nothing here pins:
-//! each call costs a range check and a branch.
+//! faults are served (root, `uzswap setup`'s group) nothing here pins: a
+//! call costs its try, and a range check and a branch when it would wait.
 
 use crate::buffers::Pins;
 use crate::real;
@@ -84,7 +84,7 @@ impl Drop for Held {
 /// unpinned, as before this was built, where an eviction would have to
 /// fall between the wait's last touch of its object and the kernel's read
 /// to fail it.
-fn hold(objs: &[(*const c_void, usize)]) -> Option<Held> {
+pub(crate) fn hold(objs: &[(*const c_void, usize)]) -> Option<Held> {
     if !objs
         .iter()
         .any(|&(p, n)| crate::vma::overlaps_regions(p as usize, p as usize + n))
@@ -284,7 +284,6 @@ pinned! { missing();
 /// (the condition variable rewritten) to 2.40 (2.41 dropped `__g_refs`).
 /// `None` on any other C library, where signal and broadcast always pin.
 fn wrefs_offset() -> Option<usize> {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     /// 0: not asked yet; 1: unknown layout; else the offset.
     static OFFSET: AtomicUsize = AtomicUsize::new(0);
     let o = match OFFSET.load(Relaxed) {
