@@ -307,6 +307,41 @@ fn a_failing_page_does_not_fail_the_others() {
     }
 }
 
+/// Runs cover every item once. Inline batches merge into runs of up to
+/// MAX_BATCH; a spread batch comes item by item.
+#[test]
+fn runs_cover_every_item_once() {
+    let runs = |e: &BatchEngine, n: usize| {
+        let got = Mutex::new(Vec::new());
+        e.for_each_run(n, |r, _| got.lock().unwrap().push(r));
+        let mut got = got.into_inner().unwrap();
+        got.sort_by_key(|r| r.start);
+        got
+    };
+    // One worker: everything inline, batches merged up to MAX_BATCH.
+    assert_eq!(
+        runs(&engine("lz4", 1, 1), 100),
+        [0..32, 32..64, 64..96, 96..100]
+    );
+    assert_eq!(
+        runs(&engine("lz4", 1, 7), 100),
+        [0..28, 28..56, 56..84, 84..100]
+    );
+    assert_eq!(runs(&engine("lz4", 1, 32), 40), [0..32, 32..40]);
+    assert!(runs(&engine("lz4", 1, 32), 0).is_empty());
+    // Helpers always on: a batch of more than one item is spread, so its
+    // items come one by one; a lone last item runs inline.
+    let e = engine("lz4", 3, 8);
+    let got = runs(&e, 17);
+    let mut want: Vec<_> = (0..16).map(|i| i..i + 1).collect();
+    want.push(16..17);
+    assert_eq!(got, want);
+    for n in [1, 31, 33, 200] {
+        let covered: Vec<usize> = runs(&e, n).into_iter().flatten().collect();
+        assert_eq!(covered, (0..n).collect::<Vec<_>>());
+    }
+}
+
 #[test]
 fn a_panicking_item_is_reraised_after_the_others_ran() {
     let e = engine("lz4", 3, 32);

@@ -205,6 +205,57 @@ fn failing_page_leaves_no_entry_of_its_folio() {
     }
 }
 
+/// One worker stores a folio's pages as one run (compressed back to back,
+/// then allocated): each page keeps its own kind and content, whatever its
+/// neighbours, including runs of incompressible pages that overflow the
+/// run's scratch and are allocated part way.
+#[test]
+fn a_run_of_mixed_pages_keeps_each_page() {
+    let z = Zswap::new(ZswapConfig {
+        workers: 1,
+        store_incompressible: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let kinds = [
+        Pattern::Zero,
+        Pattern::Random,
+        Pattern::Text,
+        Pattern::Same,
+        Pattern::Index,
+        Pattern::Random,
+        Pattern::Random,
+        Pattern::Text,
+    ];
+    let mut data = vec![0u8; 32 * PAGE_SIZE];
+    for (i, page) in data.chunks_exact_mut(PAGE_SIZE).enumerate() {
+        kinds[i % kinds.len()].fill(i as u64, 5, page);
+    }
+    let first = SwapEntry::new(0, 64);
+    z.store_folio(first, 5, &data).unwrap();
+    let s = z.stats();
+    assert_eq!(s.stored_pages, 32);
+    assert_eq!(s.same_filled_pages, 8, "the zero and same pages");
+    assert_eq!(s.incompressible_pages, 12, "the random pages, kept raw");
+    let mut out = vec![0u8; data.len()];
+    z.load_folio(first, 5, &mut out, LoadMode::Exclusive)
+        .unwrap();
+    for (i, (a, b)) in out
+        .chunks_exact(PAGE_SIZE)
+        .zip(data.chunks_exact(PAGE_SIZE))
+        .enumerate()
+    {
+        assert!(a == b, "page {i} ({})", kinds[i % kinds.len()]);
+    }
+    // Thirty-two incompressible pages: the run's scratch fills part way.
+    let random = folio(Pattern::Random, 0, 5, 3);
+    z.store_folio(first, 5, &random).unwrap();
+    assert_eq!(z.stats().incompressible_pages, 32);
+    z.load_folio(first, 5, &mut out, LoadMode::Exclusive)
+        .unwrap();
+    assert!(out == random);
+}
+
 #[test]
 fn poor_pages_can_be_kept_raw() {
     let z = Zswap::new(ZswapConfig {
