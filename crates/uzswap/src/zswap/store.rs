@@ -265,8 +265,13 @@ impl Zswap {
                 Ok(len) => {
                     staged[count] = (i, at, len);
                     count += 1;
-                    // Each output on lines of its own.
-                    at += len.next_multiple_of(64);
+                    // Each output on lines of its own. A page that saves
+                    // too little is kept as it is, so the next page may
+                    // overwrite its output (keeping the scratch that much
+                    // smaller and warmer).
+                    if !self.poor(len) {
+                        at += len.next_multiple_of(64);
+                    }
                 }
                 Err(e) => {
                     Counters::add(&self.counters.reject_compress_fail, 1);
@@ -296,16 +301,22 @@ impl Zswap {
         })
     }
 
+    /// Whether a page compressed to `len` bytes saves too little to keep
+    /// compressed.
+    fn poor(&self, len: usize) -> bool {
+        len * 100 > PAGE_SIZE * self.cfg.max_compressed_percent as usize
+    }
+
     /// The pool object of a page compressed to `compressed` (the page
-    /// itself where that saves too little), and its entry.
+    /// itself where that saves too little, and then `compressed`'s bytes
+    /// are not read), and its entry.
     fn alloc_object(
         &self,
         key: SwapEntry,
         page: &[u8],
         compressed: &[u8],
     ) -> Result<ZswapEntry, StoreError> {
-        let poor = compressed.len() * 100 > PAGE_SIZE * self.cfg.max_compressed_percent as usize;
-        let (object, comp) = if poor {
+        let (object, comp) = if self.poor(compressed.len()) {
             Counters::add(&self.counters.reject_compress_poor, 1);
             if !self.cfg.store_incompressible {
                 return Err(StoreError::CompressPoor);
