@@ -621,27 +621,41 @@ fn compiler(cmd: &'static str, language: &str) -> Option<&'static str> {
 /// or `None` (the test returns) where there is no C compiler or no
 /// userfaultfd.
 fn c_program(name: &str, flags: &[&str]) -> Option<(PathBuf, String)> {
-    let (Some(cc), true) = (cc(), userfaultfd_works()) else {
+    program(cc(), &format!("{name}.c"), flags)
+}
+
+/// `tests/programs/SOURCE` compiled by `compiler` into a scratch directory
+/// of its own, or `None` (the test returns) where there is no such
+/// compiler or no userfaultfd.
+fn program(compiler: Option<&str>, source: &str, flags: &[&str]) -> Option<(PathBuf, String)> {
+    let (Some(compiler), true) = (compiler, userfaultfd_works()) else {
         return None;
     };
-    let dir = std::env::temp_dir().join(format!("uzswap-{name}-{}", std::process::id()));
+    let stem = Path::new(source).file_stem().unwrap().to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("uzswap-{stem}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = compile(cc, name, flags, &dir);
+    let bin = compile_source(compiler, source, flags, &dir);
     Some((dir, bin))
 }
 
 /// `tests/programs/NAME.c` compiled with `cc` and `flags` into `dir`; the
 /// binary's path.
 fn compile(cc: &str, name: &str, flags: &[&str], dir: &Path) -> String {
-    let bin = dir.join(name);
-    let st = Command::new(cc)
+    compile_source(cc, &format!("{name}.c"), flags, dir)
+}
+
+/// `tests/programs/SOURCE` compiled with `compiler` and `flags` into `dir`,
+/// named after the source's stem; the binary's path.
+fn compile_source(compiler: &str, source: &str, flags: &[&str], dir: &Path) -> String {
+    let bin = dir.join(Path::new(source).file_stem().unwrap());
+    let st = Command::new(compiler)
         .args(flags)
         .arg("-o")
         .arg(&bin)
-        .arg(programs().join(format!("{name}.c")))
+        .arg(programs().join(source))
         .status()
         .unwrap();
-    assert!(st.success(), "compiling {name}.c");
+    assert!(st.success(), "compiling {source}");
     bin.to_str().unwrap().to_string()
 }
 
@@ -716,25 +730,38 @@ fn c_program_under_budget_everywhere(name: &str, args: &[&str], mib: u64, want: 
 /// evicts more than `evicted` chunks, peaks within the budget, and takes
 /// no fault error.
 fn under_budget_everywhere(cmd: &[&str], mib: u64, want: &str, evicted: u64) {
-    let budget = format!("{mib}M");
-    for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", budget.as_str(), "--json"];
-        args.extend_from_slice(extra);
-        args.push("--");
-        args.extend_from_slice(cmd);
-        let (out, s) = output_and_summary(&run(pre, &args), &format!("{cmd:?} {extra:?}"));
-        assert_eq!(out, want, "{cmd:?} {extra:?}");
-        let p = &s["processes"][0];
+    for (what, p) in summaries_everywhere(cmd, mib, want) {
         assert!(
             p["evicted_chunks"].as_u64().unwrap() > evicted,
-            "{extra:?}: {p}"
+            "{what}: {p}"
         );
         assert!(
             p["peak_bytes"].as_u64().unwrap() <= mib << 20,
-            "{extra:?}: {p}"
+            "{what}: {p}"
         );
-        assert_eq!(p["fault_errors"], 0, "{extra:?}: {p}");
     }
+}
+
+/// `uzswap run --budget MIB --json -- CMD...` on every open path, each
+/// required to print `want` and to resolve every fault it took: what ran,
+/// and its process's figures.
+fn summaries_everywhere(cmd: &[&str], mib: u64, want: &str) -> Vec<(String, serde_json::Value)> {
+    let budget = format!("{mib}M");
+    every_open_path(&None)
+        .into_iter()
+        .map(|(pre, extra)| {
+            let mut args = vec!["--budget", budget.as_str(), "--json"];
+            args.extend_from_slice(extra);
+            args.push("--");
+            args.extend_from_slice(cmd);
+            let what = format!("{cmd:?} {extra:?}");
+            let (out, s) = output_and_summary(&run(pre, &args), &what);
+            assert_eq!(out, want, "{what}");
+            let p = s["processes"][0].clone();
+            assert_eq!(p["fault_errors"], 0, "{what}: {p}");
+            (what, p)
+        })
+        .collect()
 }
 
 /// With `--fork-instance`, a forked child's memory is under uzswap
@@ -1277,16 +1304,7 @@ fn waits_on_objects_in_evicted_pages_never_fail() {
     let Some((dir, bin)) = c_program("sync_waits", &["-O1", "-pthread"]) else {
         return;
     };
-    for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "16M", "--json"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", bin.as_str(), "20000"]);
-        let what = format!("sync_waits {extra:?}");
-        let (out, s) = output_and_summary(&run(pre, &args), &what);
-        assert_eq!(out, "ok sync_waits\n", "{what}");
-        let p = &s["processes"][0];
-        assert_eq!(p["fault_errors"], 0, "{what}: {p}");
-    }
+    summaries_everywhere(&[bin.as_str(), "20000"], 16, "ok sync_waits\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1310,29 +1328,11 @@ fn sleeping_waiters_leave_the_budget_to_the_program() {
 /// address") and the program ended.
 #[test]
 fn cxx_waits_on_objects_in_evicted_pages_never_fail() {
-    let (Some(cxx), true) = (compiler("c++", "C++"), userfaultfd_works()) else {
+    let flags = ["-std=c++20", "-O1", "-pthread"];
+    let Some((dir, bin)) = program(compiler("c++", "C++"), "cxx_waits.cpp", &flags) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("uzswap-cxx_waits-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("cxx_waits");
-    let st = Command::new(cxx)
-        .args(["-std=c++20", "-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(programs().join("cxx_waits.cpp"))
-        .status()
-        .unwrap();
-    assert!(st.success(), "compiling cxx_waits.cpp");
-    let bin = bin.to_str().unwrap();
-    for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "16M", "--json"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", bin, "20000"]);
-        let what = format!("cxx_waits {extra:?}");
-        let (out, s) = output_and_summary(&run(pre, &args), &what);
-        assert_eq!(out, "ok cxx_waits\n", "{what}");
-        assert_eq!(s["processes"][0]["fault_errors"], 0, "{what}");
-    }
+    summaries_everywhere(&[bin.as_str(), "20000"], 16, "ok cxx_waits\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1348,15 +1348,7 @@ fn threads_on_heap_stacks_run_and_are_joined() {
     let Some((dir, bin)) = c_program("heap_stacks", &["-O1", "-pthread"]) else {
         return;
     };
-    for (pre, extra) in every_open_path(&None) {
-        let mut args = vec!["--budget", "16M", "--json"];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", bin.as_str(), "1000"]);
-        let what = format!("heap_stacks {extra:?}");
-        let (out, s) = output_and_summary(&run(pre, &args), &what);
-        assert_eq!(out, "ok heap_stacks\n", "{what}");
-        assert_eq!(s["processes"][0]["fault_errors"], 0, "{what}");
-    }
+    summaries_everywhere(&[bin.as_str(), "1000"], 16, "ok heap_stacks\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
